@@ -1,0 +1,3 @@
+from swinkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""swinkit command line: ``python -m swinkit COMMAND``.
+
+Commands:
+    describe     the workload as data: parameters, GMACs, crop, batch, gradient bytes
+    train        a short single-process training run (per-iteration time and loss)
+    make-data    write the synthetic ADE20K (done automatically on first use)
+    verify-data  decode every image and label map of a data root; name the bad files
+
+Examples:
+    python -m swinkit describe --preset thesis --json
+    python -m swinkit train --preset cpu --iters 20
+    python -m swinkit verify-data --data-root /data/ADEChallengeData2016
+
+Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from swinkit.config import PRESETS, default_data_root, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _parse_option(text: str) -> tuple[str, object]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--cfg-options entries look like key=value, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, tuple(value) if isinstance(value, list) else value
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="cpu", choices=PRESETS, help="workload preset (default: cpu)")
+    p.add_argument("--data-root", help="ADEChallengeData2016 folder (default: $SWINKIT_DATA_ROOT, "
+                                       f"else the synthetic set at {default_data_root()})")
+    p.add_argument("--cfg-options", nargs="+", type=_parse_option, default=[], metavar="KEY=VALUE",
+                   help="override preset fields, e.g. images_per_rank=4 crop_size=[64,64]")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="override the preset's device")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swinkit", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("describe", help="the workload as data")
+    _add_workload_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser("train", help="a short single-process training run")
+    _add_workload_args(p)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1 = one rank)")
+
+    p = sub.add_parser("make-data", help="write the synthetic ADE20K")
+    p.add_argument("--data-root", default=str(default_data_root()))
+    p.add_argument("--train", type=int, default=256, help="training images (default 256)")
+    p.add_argument("--val", type=int, default=32, help="validation images (default 32)")
+
+    p = sub.add_parser("verify-data", help="decode every file of a data root, name bad ones")
+    p.add_argument("--data-root", default=None, help="default: $SWINKIT_DATA_ROOT or synthetic")
+    return parser
+
+
+def _config(args):
+    device = args.device
+    if device is None and args.command == "describe":
+        device = "cpu"  # counting needs no GPU
+    return load_config(args.preset, args.data_root, dict(args.cfg_options), device=device)
+
+
+def _describe(args) -> int:
+    from swinkit.workloads.describe import describe
+    info = describe(_config(args))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    for key, value in info.items():
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+        shown = f"{value:.3f}" if isinstance(value, float) else shown
+        print(f"{key:>28}  {shown}")
+    return EXIT_OK
+
+
+def _train(args) -> int:
+    from swinkit.workloads.train import train
+    result = train(_config(args), iters=args.iters, threads=args.threads)
+    s = result.summary()
+    print(f"median iteration {s['median_iter_s']:.3f} s; mean loss {s['first_half_mean_loss']:.4f}"
+          f" (first half) -> {s['second_half_mean_loss']:.4f} (second half)")
+    return EXIT_OK
+
+
+def _make_data(args) -> int:
+    from swinkit.data.synthetic import write_synthetic_ade20k
+    root = write_synthetic_ade20k(args.data_root, n_train=args.train, n_val=args.val)
+    print(f"synthetic ADE20K at {root}")
+    return EXIT_OK
+
+
+def _verify_data(args) -> int:
+    from swinkit.config import resolve_data_root
+    from swinkit.data.loader import check_data_root
+    from swinkit.data.verify import verify_data
+    root = check_data_root(resolve_data_root(args.data_root)[0])
+    report = verify_data(root)
+    for problem in report.problems:
+        print(problem)
+    print(f"{report.checked} samples checked, {len(report.problems)} problems, root {root}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
+            "verify-data": _verify_data}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("swinkit: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ValueError as exc:  # config and data errors (DataError is a ValueError)
+        print(f"swinkit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

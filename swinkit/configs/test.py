@@ -1,0 +1,15 @@
+# A fraction of a second per iteration: for unit tests and CI only, not for measurements.
+_base_ = ['./_base_/upernet_swinv2_ade20k.py']
+preset = 'test'
+device = 'cpu'
+crop_size = (64, 64)
+resize_scale = (256, 64)
+images_per_rank = 2
+loader_workers = 0
+warmup_iters = 2
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 1, 2, 2)),
+                  window_size=4, pretrained_window_sizes=0, drop_path_rate=0.0),
+    decode_head=dict(in_channels=[16, 32, 64, 128], channels=16, pool_scales=(1, 2)),
+    auxiliary_head=dict(in_channels=64, channels=8))
+optim_wrapper = dict(optimizer=dict(lr=1e-3))

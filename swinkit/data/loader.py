@@ -1,0 +1,82 @@
+"""Dataset and data-loader factory for a preset: what every workload feeds its model with."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from mmengine.dataset import pseudo_collate
+from torch.utils.data import DataLoader, DistributedSampler
+
+from swinkit.config import default_data_root
+from swinkit.data.errors import DataError
+
+SYNTHETIC_HINT = ("make the synthetic set with `python -m swinkit make-data`, or point "
+                  "--data-root / $SWINKIT_DATA_ROOT at the real ADEChallengeData2016 folder")
+
+
+def check_data_root(root: str | Path) -> Path:
+    """Raise DataError unless ``root`` holds ADE20K's training images and annotations."""
+    root = Path(root)
+    images, labels = root / "images" / "training", root / "annotations" / "training"
+    if not root.is_dir():
+        raise DataError(f"data root {root} does not exist: {SYNTHETIC_HINT}")
+    for folder in (images, labels):
+        if not folder.is_dir() or not any(folder.iterdir()):
+            raise DataError(f"data root {root} has no files in {folder.relative_to(root)}/: "
+                            f"{SYNTHETIC_HINT}")
+    return root
+
+
+def ensure_data(cfg, progress=print) -> Path:
+    """The config's data root, writing the synthetic default first if that is what it names."""
+    if Path(cfg.data_root) == default_data_root():
+        from swinkit.data.synthetic import write_synthetic_ade20k
+        write_synthetic_ade20k(cfg.data_root, progress=progress)
+    return check_data_root(cfg.data_root)
+
+
+def build_dataset(cfg):
+    """MMSeg ADE20K dataset (failures name the sample) with the preset's training pipeline."""
+    from mmseg.registry import DATASETS
+
+    import swinkit.data.dataset  # noqa: F401  registers CheckedADE20KDataset
+    from swinkit.model.registry import use_mmseg_scope
+    use_mmseg_scope()
+
+    check_data_root(cfg.data_root)
+    spec = copy.deepcopy(cfg.train_dataset.to_dict())
+    spec["type"] = "CheckedADE20KDataset"
+    return DATASETS.build(spec)
+
+
+def build_loader(cfg, dataset=None, rank: int = 0, world_size: int = 1,
+                 workers: int | None = None, seed: int = 0, timeout_s: float = 0) -> DataLoader:
+    """A loader over this rank's shard (``DistributedSampler``), ``images_per_rank`` per batch.
+
+    Args:
+        workers: loader worker processes per rank (default: the preset's ``loader_workers``).
+        timeout_s: seconds to wait for a worker's batch (0 = forever); see torch's DataLoader.
+    """
+    dataset = dataset if dataset is not None else build_dataset(cfg)
+    workers = cfg.loader_workers if workers is None else workers
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    if len(dataset) < world_size * cfg.images_per_rank:
+        raise DataError(f"{len(dataset)} training images at {cfg.data_root} cannot fill one batch "
+                        f"of {cfg.images_per_rank} on each of {world_size} ranks")
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=seed, drop_last=True)
+    return DataLoader(dataset, batch_size=cfg.images_per_rank, sampler=sampler,
+                      num_workers=workers, collate_fn=pseudo_collate, drop_last=True,
+                      persistent_workers=workers > 0, timeout=timeout_s if workers else 0,
+                      generator=torch.Generator().manual_seed(seed))
+
+
+def batches(loader: DataLoader):
+    """Endless iteration over a loader, advancing the sampler's epoch each pass."""
+    epoch = 0
+    while True:
+        loader.sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1

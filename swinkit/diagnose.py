@@ -1,0 +1,101 @@
+"""Name the rank that failed first, from the records a run leaves in its folder.
+
+Exit codes alone cannot do it: a survivor's code after a peer died varies (3, or -6 from an
+abort), and torchrun blames the survivor of a hang (RELIABILITY.md). The evidence, in order of
+trust:
+
+1. a rank killed by a signal that left no error record (it could not write one): SIGKILL, OOM;
+2. an error record that is not a communication error: the rank's own exception;
+3. a rank with no heartbeat at all: it never joined the process group;
+4. a rank with no error record while the others hold communication errors: it hung, and they
+   timed out waiting for it;
+5. the watchdog: everything was still running at the wall-clock limit.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Diagnosis:
+    cause: str            # killed | raised | never_joined | hung | watchdog | agent
+    rank: int | None
+    summary: str
+    detail: str = ""
+    records: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause, "rank": self.rank, "summary": self.summary,
+                "detail": self.detail}
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _collect(run_dir: Path, world: int) -> tuple[dict, dict, dict]:
+    errors, beats, failures = {}, {}, {}
+    for rank in range(world):
+        err = _read_json(run_dir / f"error-rank{rank}.json")
+        if err:
+            errors[rank] = err
+        beat = _read_json(run_dir / f"hb-rank{rank}.json")
+        if beat:
+            beats[rank] = beat
+    for path in sorted(run_dir.glob("agent-failures-node*.json")):
+        for rank, info in (_read_json(path) or {}).items():
+            failures[int(rank)] = info
+    return errors, beats, failures
+
+
+def diagnose(run_dir: str | Path, world: int, agent_exitcode: int | None,
+             watchdog_s: float | None = None, join_timeout_s: float | None = None) -> Diagnosis | None:
+    """None for a clean run, else what went wrong and on which rank."""
+    run_dir = Path(run_dir)
+    errors, beats, failures = _collect(run_dir, world)
+    records = {"errors": errors, "heartbeats": beats, "failures": failures}
+    if watchdog_s is None and agent_exitcode == 0 and not errors:
+        return None
+
+    def make(cause, rank, summary, detail=""):
+        return Diagnosis(cause, rank, summary, detail, records)
+
+    killed = sorted(r for r, f in failures.items() if f.get("signal") and r not in errors)
+    if killed and watchdog_s is None:
+        r = killed[0]
+        return make("killed", r, f"rank {r} was killed by {failures[r]['signal']} "
+                                 f"(exit code {failures[r]['exitcode']}; out of memory is a common cause)")
+    own = sorted((e for e in errors.values() if not e.get("comm_error")), key=lambda e: e["time"])
+    if own:
+        e = own[0]
+        return make("raised", e["rank"], f"rank {e['rank']} raised {e['type']}: {e['message']}",
+                    e.get("traceback", ""))
+    missing = [r for r in range(world) if r not in beats]
+    if missing and beats:  # some joined, these did not
+        waited = f" within {join_timeout_s:g} s" if join_timeout_s else ""
+        return make("never_joined", missing[0],
+                    f"rank {missing[0]} did not join{waited} (ranks {missing} never reached the "
+                    f"process group)")
+    silent = [r for r in range(world) if r not in errors and r in beats
+              and beats[r].get("stage") != "done"]
+    if errors and silent and len(silent) < world:
+        r = min(silent, key=lambda k: (beats[k]["step"], beats[k]["time"]))
+        return make("hung", r, f"rank {r} hung after step {beats[r]['step']}: it stopped making "
+                               f"progress and the other ranks timed out waiting for it in a collective")
+    if watchdog_s is not None:
+        steps = ", ".join(f"rank {k}: step {v['step']}" for k, v in sorted(beats.items()))
+        return make("watchdog", None, f"watchdog: the run exceeded its wall-clock limit of "
+                                      f"{watchdog_s:g} s and was stopped (last progress: {steps or 'none'})")
+    if errors:
+        e = min(errors.values(), key=lambda e: e["time"])
+        return make("raised", e["rank"], f"rank {e['rank']} raised {e['type']}: {e['message']}",
+                    e.get("traceback", ""))
+    if missing:
+        return make("never_joined", missing[0], f"no rank joined (ranks {missing} have no heartbeat)")
+    return make("agent", None, f"the launch agent exited with code {agent_exitcode} and no rank "
+                               f"left an error record")

@@ -1,0 +1,227 @@
+"""Launch ranks through torch.distributed's elastic engine, and stop them reliably.
+
+Three processes deep, each with one job:
+
+* the **supervisor** (the caller: the CLI, a benchmark, a test) validates the configuration before
+  anything starts, writes ``job.json`` into a run folder, starts the agent in a new session,
+  enforces a wall-clock watchdog and Ctrl-C by killing that whole session's process group, and
+  reads back results, error records and heartbeats to name the rank that failed first;
+* the **agent** (``python -m swinkit.dist_agent RUN_DIR``) runs torch's ``elastic_launch``
+  (c10d rendezvous, the same engine as ``torchrun``) for this node's ranks;
+* each **rank** (:func:`swinkit.dist_rank.rank_main`) initialises the process group with a short
+  timeout, runs the workload entry point, and leaves a result or an error record.
+
+Why a separate agent process: asv's timeout restarts whenever a benchmark prints, and torchrun
+notices ranks that exit, not ranks that hang (RELIABILITY.md); killing one process group is the
+only way to stop everything — agent, ranks, their loader workers — on every exit path.
+
+Multi-node runs start the same entry point on every node (``--nnodes``, ``--node-rank``,
+``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see README).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swinkit.diagnose import Diagnosis, diagnose
+from swinkit.measure.atomic import write_json_atomic
+
+KILL_GRACE_S = 5.0
+FAULT_ENV = "SWINKIT_FAULT"
+
+
+class LaunchError(RuntimeError):
+    """The run failed; ``diagnosis`` names the root-cause rank and why."""
+
+    def __init__(self, diagnosis: Diagnosis):
+        super().__init__(diagnosis.summary)
+        self.diagnosis = diagnosis
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How to start the ranks. Validated by :meth:`validate` before any process starts.
+
+    Attributes:
+        world_size: ranks per node (one per GPU with nccl; CPU processes with gloo).
+        nnodes, node_rank, rdzv_endpoint: multi-node rendezvous; a free localhost port by default.
+        backend: "gloo" or "nccl" ("auto": nccl when CUDA is present).
+        pg_timeout_s: process-group timeout (torch's default is 30 min for gloo).
+        join_timeout_s: how long ranks wait for each other to start.
+        wall_timeout_s: the watchdog: the whole run is killed after this many seconds.
+        threads_per_rank: torch compute threads per rank (same at every world size: fair scaling).
+        allow_oversubscribe: permit more CPU ranks than cores.
+    """
+    world_size: int
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    backend: str = "auto"
+    pg_timeout_s: float = 60.0
+    join_timeout_s: float = 60.0
+    wall_timeout_s: float = 600.0
+    threads_per_rank: int = 1
+    allow_oversubscribe: bool = False
+
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        import torch
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+    def validate(self) -> "LaunchConfig":
+        def positive(name: str, value: Any, kind=int) -> None:
+            if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+                raise ValueError(f"{name} must be a positive {kind.__name__}, got {value!r}")
+
+        positive("world_size", self.world_size)
+        positive("nnodes", self.nnodes)
+        positive("threads_per_rank", self.threads_per_rank)
+        for name in ("pg_timeout_s", "join_timeout_s", "wall_timeout_s"):
+            positive(name, float(getattr(self, name)) if isinstance(getattr(self, name), int)
+                     else getattr(self, name), float)
+        if not isinstance(self.node_rank, int) or not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in 0..{self.nnodes - 1}, got {self.node_rank!r}")
+        if self.backend not in ("auto", "gloo", "nccl"):
+            raise ValueError(f"backend must be auto, gloo or nccl, got {self.backend!r}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("rdzv_endpoint (host:port) is required when nnodes > 1")
+        if self.rdzv_endpoint is not None:
+            _split_endpoint(self.rdzv_endpoint)
+        backend = self.resolved_backend()
+        if backend == "nccl":
+            import torch
+            gpus = torch.cuda.device_count()
+            if gpus == 0:
+                raise ValueError("backend nccl needs CUDA, and no GPU is visible; use gloo")
+            if self.world_size > gpus:
+                raise ValueError(f"world_size {self.world_size} > {gpus} GPUs on this node")
+        elif not self.allow_oversubscribe:
+            cores = os.cpu_count() or 1
+            if self.world_size * self.threads_per_rank > cores:
+                raise ValueError(
+                    f"world_size {self.world_size} x threads_per_rank {self.threads_per_rank} "
+                    f"exceeds the {cores} CPU cores; pass allow_oversubscribe to run anyway")
+        return self
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"rdzv_endpoint must be host:port, got {endpoint!r}")
+    return host, int(port)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(endpoint: str) -> None:
+    """Fail fast on a busy explicit port on this host (the rendezvous host binds it)."""
+    host, port = _split_endpoint(endpoint)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host if host != "localhost" else "127.0.0.1", port))
+        except OSError as exc:
+            raise ValueError(f"rdzv_endpoint {endpoint}: port {port} is already in use ({exc}); "
+                             "choose another, or leave --rdzv-endpoint out for a free one") from exc
+
+
+@dataclass
+class RunResult:
+    """What a successful run left: rank 0's gathered result and the run folder."""
+    result: Any
+    run_dir: Path
+    wall_s: float
+    diagnosis: Diagnosis | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | None = None,
+           env: dict | None = None, quiet: bool = False) -> RunResult:
+    """Run ``entry`` ("module:function") on every rank; return rank 0's gathered result.
+
+    Raises:
+        ValueError: bad configuration (before any process starts).
+        LaunchError: a rank failed, hung or never joined, or the watchdog fired; its
+            ``diagnosis`` names the rank and cause.
+        KeyboardInterrupt: after every process of the run has been stopped.
+    """
+    cfg.validate()
+    if cfg.rdzv_endpoint and cfg.nnodes == 1:
+        check_port_free(cfg.rdzv_endpoint)
+    run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="swinkit-run-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
+               endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=uuid.uuid4().hex[:12])
+    write_json_atomic(run_dir / "job.json", job)
+    child_env = dict(os.environ, **(env or {}))
+    cmd = [sys.executable, "-m", "swinkit.dist_agent", str(run_dir)]
+    out = subprocess.DEVNULL if quiet else None
+    start = time.monotonic()
+    agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out, stderr=out)
+    watchdog_fired = False
+    try:
+        try:
+            agent.wait(timeout=cfg.wall_timeout_s)
+        except subprocess.TimeoutExpired:
+            watchdog_fired = True
+    finally:  # every exit path, Ctrl-C included: nothing of this run survives it
+        stop_process_group(agent)
+    wall = time.monotonic() - start
+    diagnosis = diagnose(run_dir, cfg.world_size * cfg.nnodes, agent.returncode,
+                         watchdog_s=cfg.wall_timeout_s if watchdog_fired else None,
+                         join_timeout_s=cfg.join_timeout_s)
+    if diagnosis is not None:
+        raise LaunchError(diagnosis)
+    result_file = run_dir / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else None
+    return RunResult(result=result, run_dir=run_dir, wall_s=wall)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the process group led by ``proc`` (the agent lets its ranks go), then SIGKILL
+    whatever is left after ``grace_s``."""
+    pgid = proc.pid
+    if proc.poll() is None:
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + grace_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

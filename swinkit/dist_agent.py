@@ -1,0 +1,52 @@
+"""The per-node agent: ``python -m swinkit.dist_agent RUN_DIR`` (started by swinkit.dist.launch).
+
+Runs this node's ranks with torch's ``elastic_launch`` (c10d rendezvous, no restarts) and, when a
+rank fails, writes ``agent-failures.json`` with each failed rank's exit code or signal so the
+supervisor can tell a killed rank (no error record) from a raising one.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from swinkit.dist_rank import rank_main
+from swinkit.measure.atomic import write_json_atomic
+
+
+def _signal_name(exitcode: int) -> str | None:
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    run_dir = Path((argv or sys.argv[1:])[0])
+    job = json.loads((run_dir / "job.json").read_text())
+    spec = job["launch"]
+    node_rank = spec["node_rank"]
+    config = LaunchConfig(
+        min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["world_size"],
+        run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
+        rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": node_rank == 0},
+        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    try:
+        elastic_launch(config, rank_main)(str(run_dir))
+    except ChildFailedError as exc:
+        failures = {str(rank): {"exitcode": f.exitcode, "signal": _signal_name(f.exitcode),
+                                "local_rank": f.local_rank}
+                    for rank, f in exc.failures.items()}
+        write_json_atomic(run_dir / f"agent-failures-node{node_rank}.json", failures)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""What every rank runs: process-group set-up, the workload entry point, and its records.
+
+Each rank leaves in the run folder a heartbeat (``hb-rank{r}.json``: the last step it reached),
+and on failure an error record (``error-rank{r}.json``: exception, traceback, whether it was a
+communication error, i.e. a symptom of another rank's failure). Rank 0 gathers every rank's
+return value and writes ``result.json`` atomically.
+
+Faults for testing are injected through one switch, ``$SWINKIT_FAULT`` = ``KIND:RANKS[:STEP]``
+(KIND one of kill, raise, hang, spin, nojoin; RANKS like ``1`` or ``0,1`` or ``all``; STEP the
+step at which to act, default 2), read by :class:`Rank` at the named step.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+from swinkit.measure.atomic import write_json_atomic
+
+COMM_ERROR_HINTS = ("connection closed", "connection reset", "timed out", "timeout", "gloo",
+                    "nccl", "broken pipe", "socket", "store", "barrier", "peer")
+
+
+def is_comm_error(exc: BaseException) -> bool:
+    """True for errors that are symptoms of another rank's failure (a collective that broke)."""
+    name = type(exc).__name__
+    if name in ("DistBackendError", "DistNetworkError", "DistStoreError"):
+        return True
+    text = str(exc).lower()
+    return name in ("RuntimeError", "TimeoutError") and any(h in text for h in COMM_ERROR_HINTS)
+
+
+class Rank:
+    """Handle the workload entry point gets: rank, world size, heartbeat, fault injection."""
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int, local_rank: int):
+        self.run_dir, self.rank, self.world_size, self.local_rank = run_dir, rank, world_size, local_rank
+        self._fault = _parse_fault(os.environ.get("SWINKIT_FAULT", ""), rank)
+
+    def heartbeat(self, step: int, stage: str = "step") -> None:
+        """Record progress (outside measured regions: it writes a small file)."""
+        path = self.run_dir / f"hb-rank{self.rank}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"rank": self.rank, "step": step, "stage": stage,
+                                   "time": time.time()}))
+        os.replace(tmp, path)
+        if self._fault and step == self._fault[1]:
+            _act(self._fault[0], self.rank)
+
+
+def _parse_fault(spec: str, rank: int):
+    if not spec:
+        return None
+    parts = spec.split(":")
+    kind, ranks = parts[0], parts[1] if len(parts) > 1 else "all"
+    step = int(parts[2]) if len(parts) > 2 else 2
+    chosen = ranks == "all" or str(rank) in ranks.split(",")
+    return (kind, step) if chosen else None
+
+
+def _act(kind: str, rank: int) -> None:
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "raise":
+        raise RuntimeError(f"injected failure on rank {rank} ({os.environ.get('SWINKIT_FAULT')})")
+    elif kind == "hang":
+        while True:
+            time.sleep(1)
+    elif kind == "spin":
+        while True:
+            print(f"rank {rank}: busy, no progress", flush=True)
+            time.sleep(0.2)
+
+
+def rank_main(run_dir: str):
+    """Entry point of every rank under elastic_launch (must be importable: spawn)."""
+    import torch
+    import torch.distributed as dist
+
+    run_dir = Path(run_dir)
+    job = json.loads((run_dir / "job.json").read_text())
+    spec = job["launch"]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    handle = Rank(run_dir, rank, world, int(os.environ.get("LOCAL_RANK", 0)))
+    torch.set_num_threads(spec["threads_per_rank"])
+    try:
+        if handle._fault and handle._fault[0] == "nojoin":
+            _act("hang", rank)
+        backend = job["backend"]
+        if backend == "nccl":
+            torch.cuda.set_device(handle.local_rank)
+        dist.init_process_group(backend, timeout=timedelta(seconds=spec["pg_timeout_s"]))
+        handle.heartbeat(0, "joined")
+        module, _, func = job["entry"].partition(":")
+        result = getattr(importlib.import_module(module), func)(handle, **job["kwargs"])
+        gathered = [None] * world
+        dist.all_gather_object(gathered, result)
+        if rank == 0:
+            write_json_atomic(run_dir / "result.json", {"ranks": gathered})
+        handle.heartbeat(-1, "done")
+        return result
+    except BaseException as exc:
+        write_json_atomic(run_dir / f"error-rank{rank}.json", {
+            "rank": rank, "type": type(exc).__name__, "message": str(exc)[:2000],
+            "traceback": traceback.format_exc()[-6000:], "comm_error": is_comm_error(exc),
+            "time": time.time()})
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

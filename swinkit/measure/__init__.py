@@ -1,0 +1,1 @@
+"""Instruments that know nothing of the workload: timers, statistics, samplers, atomic files."""

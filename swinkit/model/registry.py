@@ -1,0 +1,9 @@
+"""One place that makes MMSeg's registries the default scope, so config ``type`` names resolve
+to MMSeg's classes (MMCV and MMEngine register transforms and preprocessors of the same names)."""
+
+
+def use_mmseg_scope() -> None:
+    from mmseg.utils import register_all_modules
+
+    import swinkit.model.swinv2  # noqa: F401  registers SwinV2
+    register_all_modules(init_default_scope=True)

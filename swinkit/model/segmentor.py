@@ -1,0 +1,53 @@
+"""UperNet + SwinV2 segmentor (MMSeg ``EncoderDecoder``) and its optimizer, from a preset."""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+
+def build_segmentor(cfg) -> nn.Module:
+    """MMSeg EncoderDecoder with SwinV2 + UPerHead + auxiliary FCNHead, in training mode, CPU."""
+    from mmseg.registry import MODELS
+
+    from swinkit.model.registry import use_mmseg_scope
+    use_mmseg_scope()
+
+    model = MODELS.build(cfg.model.to_dict() if hasattr(cfg.model, "to_dict") else cfg.model)
+    with _quiet_mmengine():  # init_weights logs every parameter at INFO
+        model.init_weights()
+    return model.train()
+
+
+@contextmanager
+def _quiet_mmengine():
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def build_optimizer(cfg, model: nn.Module):
+    """MMEngine OptimWrapper (AdamW + the preset's paramwise decay rules) and its LR schedulers."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import PARAM_SCHEDULERS
+
+    with _quiet_mmengine():  # paramwise options are logged per parameter at INFO
+        wrapper = build_optim_wrapper(model, cfg.optim_wrapper.to_dict())
+    schedulers = [PARAM_SCHEDULERS.build(dict(s, optimizer=wrapper)) for s in cfg.param_scheduler]
+    return wrapper, schedulers
+
+
+def train_step(model: nn.Module, optim_wrapper, batch) -> tuple[torch.Tensor, dict]:
+    """One plain (single-process) training step: preprocess, forward + loss, backward, step."""
+    data = model.data_preprocessor(batch, training=True)
+    losses = model(**data, mode="loss")
+    loss, log_vars = model.parse_losses(losses)
+    optim_wrapper.update_params(loss)
+    return loss.detach(), log_vars

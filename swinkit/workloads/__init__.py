@@ -1,0 +1,1 @@
+"""One function per measured component; they put config, model, data and instruments together."""

@@ -1,0 +1,61 @@
+"""A short single-process training run: the smallest end-to-end use of the workload."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from swinkit.data.loader import batches, build_loader, ensure_data
+from swinkit.model.segmentor import build_optimizer, build_segmentor, train_step
+
+
+@dataclass
+class TrainResult:
+    iter_s: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        half = max(len(self.loss) // 2, 1)
+        timed = sorted(self.iter_s[1:] or self.iter_s)
+        return {
+            "iterations": len(self.loss),
+            "median_iter_s": timed[len(timed) // 2] if timed else float("nan"),
+            "first_half_mean_loss": sum(self.loss[:half]) / half,
+            "second_half_mean_loss": sum(self.loss[half:]) / max(len(self.loss) - half, 1),
+        }
+
+
+def train(cfg, iters: int = 20, threads: int | None = 1, seed: int = 0,
+          progress: Callable[[str], None] = print) -> TrainResult:
+    """Run ``iters`` optimizer steps on one CPU process, printing time and loss per iteration.
+
+    Args:
+        threads: torch compute threads (1 = one CPU 'rank', the project's fair-scaling policy).
+    """
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    ensure_data(cfg, progress=progress)
+    model = build_segmentor(cfg)
+    optim, schedulers = build_optimizer(cfg, model)
+    loader = build_loader(cfg, seed=seed)
+    stream = batches(loader)
+    result = TrainResult()
+    for it in range(iters):
+        start = time.perf_counter()
+        loss, _ = train_step(model, optim, next(stream))
+        for scheduler in schedulers:
+            scheduler.step()
+        elapsed = time.perf_counter() - start
+        value = float(loss)
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss became {value} at iteration {it}")
+        result.iter_s.append(elapsed)
+        result.loss.append(value)
+        progress(f"iter {it + 1:4d}/{iters}  {elapsed:6.3f} s  loss {value:.4f}")
+    return result

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Set up swinkit's environment in .venv/ at the repository root. Idempotent: a second run on a
+# ready machine only checks the stamp and imports (seconds).
+#
+#   bash tools/setup.sh           # everything (the README's commands call this)
+#
+# Steps: 1 venv, 2 torch + build tools, 3 mmcv 2.1.0 from source with its ops (~15 min on 2
+# cores the first time; pip caches the wheel, so later machines/venvs reuse it), 4 swinkit
+# editable with its test extras. A failed step says which one and how to retry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+VENV=.venv
+STAMP_KEY=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -c1-16)
+STAMP="$VENV/.swinkit-setup-$STAMP_KEY"
+
+step() { echo "[setup] step $1/4: $2"; CURRENT="$1 ($2)"; }
+fail() { echo "[setup] FAILED at step $CURRENT. Fix the error above and re-run: bash tools/setup.sh" >&2; }
+trap fail ERR
+
+if [ -f "$STAMP" ] && "$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models" 2>/dev/null; then
+    echo "[setup] environment ready ($VENV)"
+    exit 0
+fi
+
+step 1 "virtual environment $VENV ($PY)"
+command -v "$PY" >/dev/null || { echo "[setup] $PY not found: install Python 3.11 or set PYTHON=" >&2; false; }
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+
+step 2 "torch 2.13.0 and build tools"
+"${PIP[@]}" install -q "torch==2.13.0" "setuptools>=61,<81" wheel ninja numpy "mmengine==0.10.7"
+
+step 3 "mmcv 2.1.0 with ops (from source once; cached wheel afterwards)"
+if ! "$VENV/bin/python" -c "import mmcv.ops" 2>/dev/null; then
+    echo "[setup]   building mmcv: about 15 minutes on 2 cores the first time"
+    MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-2} "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
+fi
+
+step 4 "swinkit (editable) with test extras"
+"${PIP[@]}" install -q --no-build-isolation -e ".[test]"
+"$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models"
+rm -f "$VENV"/.swinkit-setup-*
+touch "$STAMP"
+echo "[setup] environment ready ($VENV)"
