@@ -5,11 +5,14 @@ Commands:
     train        a short single-process training run (per-iteration time and loss)
     make-data    write the synthetic ADE20K (done automatically on first use)
     verify-data  decode every image and label map of a data root; name the bad files
+    ddp          the instrumented DDP iteration on N ranks: per-phase table and JSON
 
 Examples:
     python -m swinkit describe --preset thesis --json
     python -m swinkit train --preset cpu --iters 20
     python -m swinkit verify-data --data-root /data/ADEChallengeData2016
+    python -m swinkit ddp --preset test --world-size 2 --json r.json
+    python -m swinkit ddp --preset test --world-size 2 --inject compute_ms=20,ranks=1
 
 Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 
 from swinkit.config import PRESETS, default_data_root, load_config
 
@@ -65,6 +69,26 @@ def get_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify-data", help="decode every file of a data root, name bad ones")
     p.add_argument("--data-root", default=None, help="default: $SWINKIT_DATA_ROOT or synthetic")
+
+    p = sub.add_parser("ddp", help="the instrumented DDP iteration on N ranks")
+    _add_workload_args(p)
+    p.add_argument("--world-size", type=int, default=2, help="ranks per node (default 2)")
+    p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
+    p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
+    p.add_argument("--inject", help="known delays: data_ms=F,compute_ms=F,comm_ms=F,ranks=1+2")
+    p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
+    p.add_argument("--trace", help="write torch.profiler traces here, one file per rank")
+    p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    p.add_argument("--threads-per-rank", type=int, default=1)
+    p.add_argument("--oversubscribe", action="store_true", help="allow more CPU ranks than cores")
+    p.add_argument("--timeout", type=float, default=600.0, help="wall-clock watchdog, s (default 600)")
+    p.add_argument("--pg-timeout", type=float, default=60.0, help="process-group timeout, s")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--rdzv-endpoint", help="host:port of node 0 (required with --nnodes > 1)")
+    p.add_argument("--bare", action="store_true",
+                   help="no instrumentation, iteration time only (to measure its cost)")
     return parser
 
 
@@ -116,8 +140,43 @@ def _verify_data(args) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+def _ddp(args) -> int:
+    from swinkit.dist import LaunchConfig, LaunchError
+    from swinkit.measure.atomic import RunLock, write_json_atomic
+    from swinkit.report import ddp_table
+    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.workloads.inject import parse_injection
+
+    launch = LaunchConfig(
+        world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint, backend=args.backend, pg_timeout_s=args.pg_timeout,
+        join_timeout_s=args.pg_timeout, wall_timeout_s=args.timeout,
+        threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
+    spec = DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
+                      warmup=args.warmup, workers=args.workers,
+                      injection=parse_injection(args.inject), data_root=args.data_root,
+                      overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
+                      launch=launch)
+    try:
+        with RunLock(args.json_path) if args.json_path else nullcontext():
+            result = run_ddp(spec, quiet=False)
+            if args.json_path:
+                write_json_atomic(args.json_path, result)
+    except LaunchError as exc:
+        print(f"swinkit ddp: FAILED: {exc.diagnosis.summary}", file=sys.stderr)
+        if exc.diagnosis.detail:
+            print(exc.diagnosis.detail, file=sys.stderr)
+        return EXIT_FAILED
+    if args.nnodes > 1 and args.node_rank != 0:
+        return EXIT_OK  # node 0 reports
+    print(f"median iteration {result['iter_s']:.4f} s (bare loop)" if args.bare else ddp_table(result))
+    if args.json_path:
+        print(f"result written to {args.json_path}")
+    return EXIT_OK
+
+
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
-            "verify-data": _verify_data}
+            "verify-data": _verify_data, "ddp": _ddp}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,11 +168,13 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
                endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=uuid.uuid4().hex[:12])
     write_json_atomic(run_dir / "job.json", job)
-    child_env = dict(os.environ, **(env or {}))
+    # Marks every process of this run (agent, ranks, loader workers) so leftovers can be found.
+    child_env = dict(os.environ, **(env or {}), SWINKIT_RUN_DIR=str(run_dir))
     cmd = [sys.executable, "-m", "swinkit.dist_agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
     agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out, stderr=out)
+    (run_dir / "agent.pid").write_text(str(agent.pid))
     watchdog_fired = False
     try:
         try:

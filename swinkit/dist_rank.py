@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import traceback
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -43,13 +44,14 @@ class Rank:
         self._fault = _parse_fault(os.environ.get("SWINKIT_FAULT", ""), rank)
 
     def heartbeat(self, step: int, stage: str = "step") -> None:
-        """Record progress (outside measured regions: it writes a small file)."""
+        """Record progress (outside measured regions: it writes a small file). Steps < 0 are
+        stages around the workload (starting, joined, done), not iterations."""
         path = self.run_dir / f"hb-rank{self.rank}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"rank": self.rank, "step": step, "stage": stage,
                                    "time": time.time()}))
         os.replace(tmp, path)
-        if self._fault and step == self._fault[1]:
+        if self._fault and stage == "step" and step == self._fault[1]:
             _act(self._fault[0], self.rank)
 
 
@@ -82,6 +84,8 @@ def rank_main(run_dir: str):
     import torch
     import torch.distributed as dist
 
+    # MMSeg warns about its own deprecations once per rank; they say nothing about the run.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"mmseg\.")
     run_dir = Path(run_dir)
     job = json.loads((run_dir / "job.json").read_text())
     spec = job["launch"]
@@ -91,18 +95,19 @@ def rank_main(run_dir: str):
     try:
         if handle._fault and handle._fault[0] == "nojoin":
             _act("hang", rank)
+        handle.heartbeat(-1, "starting")  # reached the rendezvous: "never joined" is told apart
         backend = job["backend"]
         if backend == "nccl":
             torch.cuda.set_device(handle.local_rank)
         dist.init_process_group(backend, timeout=timedelta(seconds=spec["pg_timeout_s"]))
-        handle.heartbeat(0, "joined")
+        handle.heartbeat(-1, "joined")
         module, _, func = job["entry"].partition(":")
         result = getattr(importlib.import_module(module), func)(handle, **job["kwargs"])
         gathered = [None] * world
         dist.all_gather_object(gathered, result)
         if rank == 0:
             write_json_atomic(run_dir / "result.json", {"ranks": gathered})
-        handle.heartbeat(-1, "done")
+        handle.heartbeat(-2, "done")
         return result
     except BaseException as exc:
         write_json_atomic(run_dir / f"error-rank{rank}.json", {

@@ -28,3 +28,33 @@ def data_copy(data_root, tmp_path):
 def test_cfg(data_root):
     from swinkit.config import load_config
     return load_config("test", data_root)
+
+
+def project_processes() -> list:
+    """Live processes started by a swinkit launch (they carry SWINKIT_RUN_DIR)."""
+    import psutil
+    found = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if "SWINKIT_RUN_DIR" in p.environ():
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def no_orphans():
+    """Fails the test if any process of a swinkit launch is alive after it."""
+    import time
+    before = {p.pid for p in project_processes()}
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        left = [p for p in project_processes() if p.pid not in before]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"orphan processes: {[(p.pid, p.cmdline()[:4]) for p in left]}"

@@ -35,3 +35,57 @@ def _default(obj):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+class RunLock:
+    """``PATH.lock`` holding the writer's pid while a run produces PATH.
+
+    A lock whose pid is alive means another run is writing the same file: refuse (ValueError).
+    A lock left by a dead process (a crashed run) is taken over with a warning, and the crashed
+    run's temporary files beside PATH are removed.
+    """
+
+    def __init__(self, path: str | os.PathLike, warn=None):
+        self.path = Path(path)
+        self.lock = self.path.with_name(self.path.name + ".lock")
+        self.warn = warn or (lambda msg: print(f"warning: {msg}"))
+
+    def __enter__(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return self
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            pid = int(self.lock.read_text().strip() or "0")
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _pid_alive(pid):
+            raise ValueError(f"{self.path} is being written by a running swinkit process "
+                             f"(pid {pid}, lock {self.lock}); wait for it or choose another path")
+        stale = sorted(self.path.parent.glob(f".{self.path.name}.*.tmp"))
+        for tmp in stale:
+            tmp.unlink(missing_ok=True)
+        self.warn(f"took over stale lock {self.lock} (pid {pid} is gone)"
+                  + (f"; removed {len(stale)} leftover temp file(s)" if stale else ""))
+        self.lock.unlink(missing_ok=True)
+
+    def __exit__(self, *exc) -> None:
+        self.lock.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

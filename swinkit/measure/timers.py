@@ -46,8 +46,17 @@ class PhaseClock:
         self._mark = _CudaMark if cuda else _CpuMark
         self._marks: list[tuple[str, object]] = []
 
-    def start(self) -> None:
-        self._marks = [("start", self._mark())]
+    def new_mark(self):
+        """A mark taken now, to be placed later with :meth:`append` (e.g. from a hook)."""
+        return self._mark()
+
+    def start(self, mark=None) -> None:
+        """Open the span now, or at ``mark`` (e.g. the mark that closed the previous span)."""
+        self._marks = [("start", mark if mark is not None else self._mark())]
+
+    def append(self, phase: str, mark) -> None:
+        """Close ``phase`` at a mark taken earlier (it must be later than the previous mark)."""
+        self._marks.append((phase, mark))
 
     def mark(self, phase: str) -> None:
         self._marks.append((phase, self._mark()))
