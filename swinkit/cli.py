@@ -158,17 +158,20 @@ def _ddp(args) -> int:
                       overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
                       launch=launch)
     try:
-        with RunLock(args.json_path) if args.json_path else nullcontext():
+        # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.
+        locked = args.json_path and args.nnodes == 1
+        with RunLock(args.json_path) if locked else nullcontext():
             result = run_ddp(spec, quiet=False)
-            if args.json_path:
+            if args.json_path and result is not None:
                 write_json_atomic(args.json_path, result)
     except LaunchError as exc:
         print(f"swinkit ddp: FAILED: {exc.diagnosis.summary}", file=sys.stderr)
         if exc.diagnosis.detail:
             print(exc.diagnosis.detail, file=sys.stderr)
         return EXIT_FAILED
-    if args.nnodes > 1 and args.node_rank != 0:
-        return EXIT_OK  # node 0 reports
+    if result is None:
+        print("this node's ranks finished; the node that hosted rank 0 reports the results")
+        return EXIT_OK
     print(f"median iteration {result['iter_s']:.4f} s (bare loop)" if args.bare else ddp_table(result))
     if args.json_path:
         print(f"result written to {args.json_path}")

@@ -38,9 +38,15 @@ def _read_json(path: Path):
         return None
 
 
-def _collect(run_dir: Path, world: int) -> tuple[dict, dict, dict]:
+def _rank_of(path: Path) -> int:
+    return int(path.stem.rsplit("rank", 1)[1])
+
+
+def _collect(run_dir: Path, expected) -> tuple[list, dict, dict, dict]:
     errors, beats, failures = {}, {}, {}
-    for rank in range(world):
+    found = {_rank_of(p) for p in run_dir.glob("*-rank*.json") if p.stem.rsplit("rank", 1)[1].isdigit()}
+    ranks = sorted(set(expected) if expected is not None else found)
+    for rank in ranks:
         err = _read_json(run_dir / f"error-rank{rank}.json")
         if err:
             errors[rank] = err
@@ -50,14 +56,18 @@ def _collect(run_dir: Path, world: int) -> tuple[dict, dict, dict]:
     for path in sorted(run_dir.glob("agent-failures-node*.json")):
         for rank, info in (_read_json(path) or {}).items():
             failures[int(rank)] = info
-    return errors, beats, failures
+    return ranks, errors, beats, failures
 
 
-def diagnose(run_dir: str | Path, world: int, agent_exitcode: int | None,
+def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
              watchdog_s: float | None = None, join_timeout_s: float | None = None) -> Diagnosis | None:
-    """None for a clean run, else what went wrong and on which rank."""
+    """None for a clean run, else what went wrong and on which rank.
+
+    Args:
+        expected: the global ranks that should have run here (None: those that left records).
+    """
     run_dir = Path(run_dir)
-    errors, beats, failures = _collect(run_dir, world)
+    ranks, errors, beats, failures = _collect(run_dir, expected)
     records = {"errors": errors, "heartbeats": beats, "failures": failures}
     if watchdog_s is None and agent_exitcode == 0 and not errors:
         return None
@@ -75,15 +85,15 @@ def diagnose(run_dir: str | Path, world: int, agent_exitcode: int | None,
         e = own[0]
         return make("raised", e["rank"], f"rank {e['rank']} raised {e['type']}: {e['message']}",
                     e.get("traceback", ""))
-    missing = [r for r in range(world) if r not in beats]
+    missing = [r for r in ranks if r not in beats]
     if missing and beats:  # some joined, these did not
         waited = f" within {join_timeout_s:g} s" if join_timeout_s else ""
         return make("never_joined", missing[0],
                     f"rank {missing[0]} did not join{waited} (ranks {missing} never reached the "
                     f"process group)")
-    silent = [r for r in range(world) if r not in errors and r in beats
+    silent = [r for r in ranks if r not in errors and r in beats
               and beats[r].get("stage") != "done"]
-    if errors and silent and len(silent) < world:
+    if errors and silent and len(silent) < len(ranks):
         r = min(silent, key=lambda k: (beats[k]["step"], beats[k]["time"]))
         return make("hung", r, f"rank {r} hung after step {beats[r]['step']}: it stopped making "
                                f"progress and the other ranks timed out waiting for it in a collective")

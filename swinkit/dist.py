@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,7 @@ class LaunchConfig:
         wall_timeout_s: the watchdog: the whole run is killed after this many seconds.
         threads_per_rank: torch compute threads per rank (same at every world size: fair scaling).
         allow_oversubscribe: permit more CPU ranks than cores.
+        rdzv_id: rendezvous id; every node of one multi-node run must use the same one.
     """
     world_size: int
     nnodes: int = 1
@@ -72,6 +72,7 @@ class LaunchConfig:
     wall_timeout_s: float = 600.0
     threads_per_rank: int = 1
     allow_oversubscribe: bool = False
+    rdzv_id: str = "swinkit"
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -166,7 +167,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="swinkit-run-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
-               endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=uuid.uuid4().hex[:12])
+               endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=cfg.rdzv_id)
     write_json_atomic(run_dir / "job.json", job)
     # Marks every process of this run (agent, ranks, loader workers) so leftovers can be found.
     child_env = dict(os.environ, **(env or {}), SWINKIT_RUN_DIR=str(run_dir))
@@ -184,7 +185,10 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     finally:  # every exit path, Ctrl-C included: nothing of this run survives it
         stop_process_group(agent)
     wall = time.monotonic() - start
-    diagnosis = diagnose(run_dir, cfg.world_size * cfg.nnodes, agent.returncode,
+    # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
+    # only the records found here are known.
+    expected = range(cfg.world_size) if cfg.nnodes == 1 else None
+    diagnosis = diagnose(run_dir, expected, agent.returncode,
                          watchdog_s=cfg.wall_timeout_s if watchdog_fired else None,
                          join_timeout_s=cfg.join_timeout_s)
     if diagnosis is not None:

@@ -175,3 +175,23 @@ def _run_dirs_of(pid):
     except psutil.Error:
         pass
     return dirs
+
+
+def test_two_nodes_on_localhost(tmp_path, no_orphans):
+    """Two agents, one per 'node', meet at one c10d endpoint: 4 ranks in one process group."""
+    from concurrent.futures import ThreadPoolExecutor
+    endpoint = f"127.0.0.1:{free_port()}"
+
+    def node(rank):
+        cfg = LaunchConfig(world_size=2, nnodes=2, node_rank=rank, rdzv_endpoint=endpoint,
+                           allow_oversubscribe=True, **FAST)
+        return launch(ENTRY, {"steps": 3}, cfg, run_dir=tmp_path / f"node{rank}", quiet=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(node, [0, 1]))
+    # rank 0 gathers every rank's result; the rendezvous decides on which node it runs
+    reports = [r.result for r in results if r.result is not None]
+    assert len(reports) == 1
+    ranks = reports[0]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert all(r["world_size"] == 4 for r in ranks)

@@ -52,8 +52,9 @@ class DDPRunSpec:
         return load_config(self.preset, self.data_root, self.overrides, device=device), lc
 
 
-def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict:
-    """Launch, measure, aggregate. Raises ValueError (bad spec) or LaunchError (a rank failed)."""
+def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
+    """Launch, measure, aggregate. Raises ValueError (bad spec) or LaunchError (a rank failed).
+    Returns None on a node of a multi-node run that did not host rank 0."""
     cfg, lc = spec.validate()
     ensure_data(cfg, progress=progress)  # written once here, not raced by the ranks
     kwargs = dict(preset=spec.preset, iters=spec.iters, warmup=spec.warmup, workers=spec.workers,
@@ -61,6 +62,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   overrides=dict(spec.overrides), device=cfg.device,
                   trace_dir=spec.trace_dir, bare=spec.bare)
     run = launch(ENTRY, kwargs, lc, run_dir=run_dir, quiet=quiet)
+    if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
+        return None
     ranks = run.result["ranks"]
     world = lc.world_size * lc.nnodes
     out = {

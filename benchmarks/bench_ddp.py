@@ -1,0 +1,67 @@
+"""The full DDP iteration across world sizes: time, phases, skew, utilisation, scaling."""
+from swinkit import scaling
+from swinkit.workloads.ddp import PHASES
+from swinkit.workloads.ddp_sweep import ddp_sweep
+
+from .common import WORLD_SIZES, preset, samples
+
+
+class _DDPRun:
+    """One expensive launch per world size (setup_cache), read by many track_* metrics."""
+    timeout = 3600
+    params = [list(WORLD_SIZES)]
+    param_names = ["world_size"]
+
+    def setup_cache(self):
+        return ddp_sweep(preset(), WORLD_SIZES)
+
+    def setup(self, sweep, world_size, *_):
+        sweep.get(world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
+
+
+class Iteration(_DDPRun):
+    def track_iteration(self, sweep, world_size):
+        return samples(sweep.get(world_size)["ranks"][0]["iteration"])
+    track_iteration.unit = "s"
+
+    def track_skew(self, sweep, world_size):
+        return max(sweep.get(world_size)["skew_s"].values())
+    track_skew.unit = "s"
+
+    def track_cpu_cores_busy_rank0(self, sweep, world_size):
+        return sweep.get(world_size)["utilisation"]["0"]["cpu"]["cores_busy"]
+    track_cpu_cores_busy_rank0.unit = "cores"
+
+
+class Phase(_DDPRun):
+    params = [list(WORLD_SIZES), list(PHASES)]
+    param_names = ["world_size", "phase"]
+
+    def track_seconds(self, sweep, world_size, phase):
+        return samples(sweep.get(world_size)["ranks"][0]["phases"][phase])
+    track_seconds.unit = "s"
+
+    def track_share(self, sweep, world_size, phase):
+        return 100 * sweep.get(world_size)["phase_shares"][phase]
+    track_share.unit = "%"
+
+
+class Scaling(_DDPRun):
+    def setup(self, sweep, world_size):
+        sweep.get(1), sweep.get(world_size)  # every ratio needs world size 1
+
+    def _times(self, sweep, world_size):
+        return sweep.get(1)["iter_s"], sweep.get(world_size)["iter_s"]
+
+    def track_speedup(self, sweep, world_size):
+        return scaling.speedup(*self._times(sweep, world_size), world_size)
+    track_speedup.unit = "x"
+
+    def track_efficiency(self, sweep, world_size):
+        return scaling.efficiency(*self._times(sweep, world_size))
+    track_efficiency.unit = "ratio"
+
+    def track_karp_flatt(self, sweep, world_size):
+        return scaling.karp_flatt(scaling.speedup(*self._times(sweep, world_size), world_size),
+                                  world_size)
+    track_karp_flatt.unit = "serial fraction"

@@ -1,0 +1,27 @@
+"""The full DDP iteration across world sizes: one launch per world size, every metric."""
+from __future__ import annotations
+
+from swinkit.dist import LaunchConfig
+from swinkit.workloads.ddp_run import DDPRunSpec, environment, run_ddp
+from swinkit.workloads.inject import Injection
+from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
+                                     plan_world_sizes)
+
+
+def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int = 3,
+              workers: int | None = None, injection: Injection = Injection(),
+              wall_timeout_s: float = 900.0, progress=print) -> Sweep:
+    """Sweep keyed by world size; each result is :func:`run_ddp`'s dict."""
+    sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
+                        "injection": injection.to_dict(), "environment": environment()})
+    for ws, reason in plan_world_sizes(world_sizes).items():
+        if reason:
+            sweep.skipped[ws] = reason
+            continue
+        progress(f"  DDP iteration, preset {preset}, world size {ws}: {warmup} + {iters} iterations")
+        launch = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
+                              wall_timeout_s=wall_timeout_s)
+        spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
+                          workers=workers, injection=injection, launch=launch)
+        sweep.run(ws, lambda: run_ddp(spec, progress=progress), progress)
+    return sweep

@@ -1,0 +1,27 @@
+"""What the instrumentation costs: instrumented vs bare DDP loop, interleaved in one run.
+
+Launches alternate (bare, instrumented, bare, instrumented, ...) so slow drifts of a shared
+machine hit both variants alike; the figure is the ratio of the medians of per-launch median
+iteration times, reported with every launch's value.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+
+
+def instrumentation_overhead(spec: DDPRunSpec, repeats: int = 3, progress=print) -> dict:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    times = {"bare": [], "instrumented": []}
+    for i in range(repeats):
+        for variant in ("bare", "instrumented"):
+            r = run_ddp(replace(spec, bare=variant == "bare"), progress=progress)
+            times[variant].append(r["iter_s"])
+            progress(f"  repeat {i + 1}/{repeats} {variant:>12}: {r['iter_s']:.4f} s/iteration")
+    bare, inst = statistics.median(times["bare"]), statistics.median(times["instrumented"])
+    return {"preset": spec.preset, "world_size": spec.world_size, "iters": spec.iters,
+            "repeats": repeats, "iter_s": times, "bare_median_s": bare,
+            "instrumented_median_s": inst, "overhead": inst / bare - 1}

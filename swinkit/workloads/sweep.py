@@ -1,0 +1,76 @@
+"""Sweeps over world sizes (and other parameters): which can run here, and what each gave.
+
+A benchmark declares world sizes 1, 2, 4, 8 everywhere; :func:`plan_world_sizes` says which this
+machine can run and why the others are skipped (more GPUs than present; more CPU ranks than
+cores unless ``$SWINKIT_OVERSUBSCRIBE=1``). A :class:`Sweep` keeps results, skip reasons and
+failures by key, so one expensive run can feed many asv metrics.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable
+
+import torch
+
+from swinkit.dist import LaunchError
+
+WORLD_SIZES = (1, 2, 4, 8)
+OVERSUBSCRIBE_ENV = "SWINKIT_OVERSUBSCRIBE"
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def oversubscribe_allowed() -> bool:
+    return os.environ.get(OVERSUBSCRIBE_ENV, "") not in ("", "0")
+
+
+def plan_world_sizes(world_sizes: Iterable[int], backend: str | None = None,
+                     threads_per_rank: int = 1) -> dict[int, str | None]:
+    """world size -> None (runnable) or the reason it is skipped on this machine."""
+    backend = backend or default_backend()
+    plan = {}
+    for ws in world_sizes:
+        if backend == "nccl":
+            gpus = torch.cuda.device_count()
+            plan[ws] = None if ws <= gpus else f"needs {ws} GPUs; this machine has {gpus}"
+        else:
+            cores = os.cpu_count() or 1
+            need = ws * threads_per_rank
+            plan[ws] = None if need <= cores or oversubscribe_allowed() else (
+                f"needs {need} CPU cores for {ws} ranks; this machine has {cores} "
+                f"(set {OVERSUBSCRIBE_ENV}=1 to run oversubscribed)")
+    return plan
+
+
+@dataclass
+class Sweep:
+    """Results by key; keys that were skipped or failed carry the reason instead."""
+    results: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def get(self, *key: Hashable) -> Any:
+        """The result for ``key``; NotImplementedError (asv: skipped) or RuntimeError (asv:
+        failed) with the reason otherwise."""
+        key = key if len(key) > 1 else key[0]
+        if key in self.results:
+            return self.results[key]
+        if key in self.failed:
+            raise RuntimeError(f"{key}: {self.failed[key]}")
+        raise NotImplementedError(f"{key}: {self.skipped.get(key, 'not measured')}")
+
+    def run(self, key: Hashable, fn: Callable[[], Any], progress=print) -> None:
+        """Store ``fn()`` under ``key``; a failed launch is recorded, not raised, so the rest
+        of the sweep (and the next benchmark) still runs."""
+        try:
+            self.results[key] = fn()
+        except LaunchError as exc:
+            self.failed[key] = exc.diagnosis.summary
+            progress(f"  {key}: FAILED: {exc.diagnosis.summary}")
+        except MemoryError as exc:
+            self.failed[key] = f"out of memory: {exc}"
+            progress(f"  {key}: FAILED: out of memory")
