@@ -1,0 +1,55 @@
+"""Gradient all-reduce of the thesis model (SwinV2-B backbone, whole segmentor, DDP buckets)."""
+from swinkit.workloads.allreduce import DTYPES, LAYOUTS, allreduce_sweep
+
+from .common import WORLD_SIZES, samples
+
+
+class _Sweep:
+    timeout = 3600
+    params = [list(WORLD_SIZES)]
+    param_names = ["world_size"]
+
+    def setup_cache(self):
+        return allreduce_sweep(WORLD_SIZES)
+
+    def setup(self, sweep, world_size, *_):
+        sweep.get(world_size)
+
+
+class AllReduce(_Sweep):
+    """Time and bandwidth per layout and dtype; a wrong reduced element fails the run."""
+    params = [list(WORLD_SIZES), list(LAYOUTS), list(DTYPES)]
+    param_names = ["world_size", "layout", "dtype"]
+
+    def track_time(self, sweep, world_size, layout, dtype):
+        return samples(sweep.get(world_size)[f"{layout}/{dtype}"]["seconds"])
+    track_time.unit = "s"
+
+    def track_algbw(self, sweep, world_size, layout, dtype):
+        return samples(sweep.get(world_size)[f"{layout}/{dtype}"]["algbw_gbps"])
+    track_algbw.unit = "GB/s"
+
+    def track_busbw(self, sweep, world_size, layout, dtype):
+        return samples(sweep.get(world_size)[f"{layout}/{dtype}"]["busbw_gbps"])
+    track_busbw.unit = "GB/s"
+
+
+class BareAllReduce(_Sweep):
+    """A plain torch.distributed.all_reduce loop on the whole segmentor's fp32 gradient, timed
+    in the same run: the reference the suite's own timing is held to."""
+
+    def setup(self, sweep, world_size):
+        if world_size == 1:
+            raise NotImplementedError("busbw is 0 by definition at world size 1")
+        sweep.get(world_size)
+
+    def track_busbw(self, sweep, world_size):
+        return samples(sweep.get(world_size)["bare/fp32"]["busbw_gbps"])
+    track_busbw.unit = "GB/s"
+
+    def track_suite_to_bare_busbw(self, sweep, world_size):
+        import statistics
+        r = sweep.get(world_size)
+        return (statistics.median(r["segmentor_flat/fp32"]["busbw_gbps"])
+                / statistics.median(r["bare/fp32"]["busbw_gbps"]))
+    track_suite_to_bare_busbw.unit = "ratio"

@@ -1,0 +1,175 @@
+"""The gradient all-reduce in isolation: the thesis model's gradients, flat and as DDP buckets.
+
+Whatever preset runs, the tensors are the thesis model's (UperNet + SwinV2-B): the backbone's
+gradient (86.9M values) and the whole segmentor's as one flat tensor each, and the segmentor's
+gradient split the way DDP actually buckets it (sizes and order read from DDP's logging data
+after its bucket rebuild). Each is reduced in fp32 and bf16.
+
+Per sample the time is the slowest rank's (a collective is done when its last rank is), after a
+barrier. Bandwidths follow nccl-tests: algbw = bytes / t, busbw = algbw * 2 (N - 1) / N. After
+timing, a correctness check reduces known values and fails the benchmark with the count of wrong
+elements (``$SWINKIT_FAULT=corrupt_allreduce:RANKS`` corrupts one rank's result, for testing).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class AllReduceMismatch(RuntimeError):
+    """The reduced values are wrong; the message has the count of wrong elements."""
+
+
+def thesis_gradient_layouts(device: torch.device) -> dict[str, list[int]]:
+    """Element counts per tensor for each layout, read from a DDP-wrapped thesis segmentor."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from swinkit.config import load_config
+    from swinkit.model.segmentor import build_segmentor
+
+    cfg = load_config("thesis", device="cpu" if device.type == "cpu" else "cuda")
+    model = build_segmentor(cfg).to(device)
+    backbone = sum(p.numel() for p in model.backbone.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp._set_ddp_runtime_logging_sample_rate(1)
+    inputs, samples = tiny_batch(device)  # small input: only the gradient order matters
+    # DDP starts with one big bucket, rebuilds by gradient-ready order after iteration 1, and
+    # its logging data shows the rebuilt sizes one iteration later: hence three iterations.
+    for _ in range(3):
+        losses = ddp(inputs, samples, mode="loss")
+        model.parse_losses(losses)[0].backward()
+    data = ddp._get_ddp_logging_data()
+    sizes = data.get("rebuilt_bucket_sizes") or data["bucket_sizes"]
+    itemsize = next(model.parameters()).element_size()
+    buckets = [int(s) // itemsize for s in str(sizes).split(",")]
+    del ddp, model
+    return {"backbone_flat": [backbone], "segmentor_flat": [total], "ddp_buckets": buckets}
+
+
+def tiny_batch(device, n: int = 2, size: int = 64):
+    """(inputs (n, 3, size, size), SegDataSamples with all-zero labels) for a loss forward."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    shape = (size, size)
+    samples = []
+    for _ in range(n):
+        s = SegDataSample(metainfo=dict(img_shape=shape, pad_shape=shape, ori_shape=shape))
+        s.gt_sem_seg = PixelData(data=torch.zeros(1, *shape, dtype=torch.long, device=device))
+        samples.append(s)
+    return torch.randn(n, 3, *shape, device=device), samples
+
+
+def _timed(tensors: list[torch.Tensor], device) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]  # as DDP: launch all, then wait
+    for w in works:
+        w.wait()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    local = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    return float(local)
+
+
+def check_reduction(tensors: list[torch.Tensor], rank: int, world: int, corrupt: bool = False) -> int:
+    """Reduce rank-dependent small integers (exact in bf16 too); return the wrong-element count."""
+    wrong = 0
+    for t in tensors:
+        pattern = (torch.arange(t.numel(), device=t.device) % 7).to(t.dtype)
+        t.copy_(pattern * (rank + 1))
+        dist.all_reduce(t)
+        if corrupt:
+            t[:: max(t.numel() // 3, 1)] += 1
+        expected = pattern * (world * (world + 1) // 2)
+        wrong += int((t != expected).sum())
+    return wrong
+
+
+def allreduce_rank(rank, samples: int = 7, warmup: int = 2, layouts=LAYOUTS, dtypes=tuple(DTYPES),
+                   bare_iters: int = 7) -> dict:
+    """Rank entry point: time every (layout, dtype); check correctness; time a bare loop."""
+    device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    sizes = thesis_gradient_layouts(device)
+    fault = os.environ.get("SWINKIT_FAULT", "")
+    corrupt = fault.startswith("corrupt_allreduce") and str(rank.rank) in fault.split(":")[-1].split(",")
+    out = {"rank": rank.rank, "sizes": sizes, "times": {}, "wrong": {}}
+    for step, (layout, dname) in enumerate((l, d) for l in layouts for d in dtypes):
+        rank.heartbeat(step)
+        tensors = [torch.zeros(n, dtype=DTYPES[dname], device=device) for n in sizes[layout]]
+        times = [_timed(tensors, device) for _ in range(warmup + samples)][warmup:]
+        out["times"][f"{layout}/{dname}"] = times
+        out["wrong"][f"{layout}/{dname}"] = check_reduction(tensors, rank.rank, rank.world_size, corrupt)
+        del tensors
+    flat = torch.zeros(sizes["segmentor_flat"][0], device=device)
+    out["bare_times"] = _bare_loop(flat, warmup, bare_iters, device)
+    bad = {k: v for k, v in out["wrong"].items() if v}
+    if bad:
+        raise AllReduceMismatch(f"rank {rank.rank}: all-reduce produced wrong elements: "
+                                + ", ".join(f"{k}: {v}" for k, v in bad.items()))
+    return out
+
+
+def _bare_loop(t: torch.Tensor, warmup: int, iters: int, device) -> list[float]:
+    """The plainest timing there is: all_reduce in a loop, one clock read per call."""
+    for _ in range(warmup):
+        dist.all_reduce(t)
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bandwidths(nbytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s, nccl-tests' convention."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (world - 1) / world
+
+
+def summarize_rank0(result: dict, world: int) -> dict:
+    """Per (layout/dtype): seconds, algbw and busbw samples (GB/s) from rank 0's record (its
+    times are already the slowest rank's)."""
+    out = {}
+    for key, times in result["times"].items():
+        layout, dname = key.split("/")
+        nbytes = sum(result["sizes"][layout]) * torch.finfo(DTYPES[dname]).bits // 8
+        bws = [bandwidths(nbytes, t, world) for t in times]
+        out[key] = {"seconds": times, "bytes": nbytes, "algbw_gbps": [b[0] for b in bws],
+                    "busbw_gbps": [b[1] for b in bws], "buckets": len(result["sizes"][layout])}
+    nbytes = result["sizes"]["segmentor_flat"][0] * 4
+    out["bare/fp32"] = {"seconds": result["bare_times"], "bytes": nbytes,
+                        "busbw_gbps": [bandwidths(nbytes, t, world)[1] for t in result["bare_times"]]}
+    return out
+
+
+def allreduce_sweep(world_sizes, samples: int = 7, progress=print):
+    """Sweep keyed by world size: :func:`summarize_rank0` of one launch each."""
+    from swinkit.dist import LaunchConfig, launch
+    from swinkit.workloads.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+
+    sweep = Sweep(meta={"samples": samples})
+    for ws, reason in plan_world_sizes(world_sizes).items():
+        if reason:
+            sweep.skipped[ws] = reason
+            continue
+        progress(f"  all-reduce of the thesis gradients, world size {ws}")
+        cfg = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
+                           wall_timeout_s=1800)
+
+        def one(ws=ws, cfg=cfg):
+            run = launch(f"{__name__}:allreduce_rank", {"samples": samples}, cfg, quiet=True)
+            return summarize_rank0(run.result["ranks"][0], ws)
+        sweep.run(ws, one, progress)
+    return sweep
