@@ -1,7 +1,8 @@
-"""Gradient all-reduce of the thesis model (SwinV2-B backbone, whole segmentor, DDP buckets)."""
+"""Gradient all-reduce of the thesis model (SwinV2-B backbone, whole segmentor, DDP buckets),
+and of the running preset's own DDP buckets."""
 from swinkit.workloads.allreduce import DTYPES, LAYOUTS, allreduce_sweep
 
-from .common import WORLD_SIZES, samples
+from .common import WORLD_SIZES, preset, samples
 
 
 class _Sweep:
@@ -10,7 +11,7 @@ class _Sweep:
     param_names = ["world_size"]
 
     def setup_cache(self):
-        return allreduce_sweep(WORLD_SIZES)
+        return allreduce_sweep(WORLD_SIZES, preset())
 
     def setup(self, sweep, world_size, *_):
         sweep.get(world_size)
@@ -20,6 +21,10 @@ class AllReduce(_Sweep):
     """Time and bandwidth per layout and dtype; a wrong reduced element fails the run."""
     params = [list(WORLD_SIZES), list(LAYOUTS), list(DTYPES)]
     param_names = ["world_size", "layout", "dtype"]
+
+    def setup(self, sweep, world_size, layout, dtype):
+        if f"{layout}/{dtype}" not in sweep.get(world_size):
+            raise NotImplementedError(f"{layout}/{dtype} was not measured")
 
     def track_time(self, sweep, world_size, layout, dtype):
         return samples(sweep.get(world_size)[f"{layout}/{dtype}"]["seconds"])

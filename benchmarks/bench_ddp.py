@@ -28,6 +28,19 @@ class Iteration(_DDPRun):
         return max(sweep.get(world_size)["skew_s"].values())
     track_skew.unit = "s"
 
+    def track_last_bucket_fraction(self, sweep, world_size):
+        buckets = sweep.get(world_size)["bucket_sizes_bytes"]
+        return buckets[-1] / sum(buckets)
+    track_last_bucket_fraction.unit = "ratio"
+
+    def track_loader_workers(self, sweep, world_size):
+        return sweep.get(world_size)["loader_workers"]
+    track_loader_workers.unit = "workers"
+
+    def track_images_per_rank(self, sweep, world_size):
+        return sweep.get(world_size)["images_per_rank"]
+    track_images_per_rank.unit = "images"
+
     def track_cpu_cores_busy_rank0(self, sweep, world_size):
         return sweep.get(world_size)["utilisation"]["0"]["cpu"]["cores_busy"]
     track_cpu_cores_busy_rank0.unit = "cores"

@@ -1,11 +1,12 @@
 """SwinV2 forward/backward in one process: backbone and whole segmentor, per preset and batch."""
 from swinkit.config import PRESETS
+from swinkit.workloads.forward_backward import BATCHES as BATCH_MULTIPLES
 from swinkit.workloads.forward_backward import OPS, SCOPES, model_sweep
 
 from .common import samples
 
 MODEL_PRESETS = [p for p in PRESETS if p != "test"]
-BATCHES = ["1", "per_rank"]
+BATCHES = list(BATCH_MULTIPLES)
 
 
 class ForwardBackward:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from swinkit.attribution import Measured, split_loss
 from swinkit.cli import main
 from swinkit.workloads.ddp import PHASES
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
@@ -70,6 +71,14 @@ def test_injected_delay_lands_in_its_phase(data_root, baselines, world_size, kin
     assert added > 0.5 * DELAY_MS / 1e3, (kind, added)
     in_phase = hit["phases_s"][phase] - base["phases_s"][phase]
     assert in_phase >= 0.85 * added, {p: hit["phases_s"][p] - base["phases_s"][p] for p in PHASES}
+    # the attribution gives that component >= 85 % of the lost time, shares adding to 100
+    split = split_loss(_measured(base), _measured(hit))
+    assert split["shares_pct"][phase] >= 85, split["shares_pct"]
+    assert sum(split["shares_pct"].values()) == pytest.approx(100.0)
+
+
+def _measured(result):
+    return Measured(result["world_size"], result["iter_s"], dict(result["phases_s"]))
 
 
 def test_straggler_shows_up_as_skew_and_is_named(data_root, baselines):

@@ -3,7 +3,8 @@
 Whatever preset runs, the tensors are the thesis model's (UperNet + SwinV2-B): the backbone's
 gradient (86.9M values) and the whole segmentor's as one flat tensor each, and the segmentor's
 gradient split the way DDP actually buckets it (sizes and order read from DDP's logging data
-after its bucket rebuild). Each is reduced in fp32 and bf16.
+after its bucket rebuild). Each is reduced in fp32 and bf16. ``preset_buckets`` is the running
+preset's own DDP buckets (what the measured DDP iteration reduces), for the prediction.
 
 Per sample the time is the slowest rank's (a collective is done when its last rank is), after a
 barrier. Bandwidths follow nccl-tests: algbw = bytes / t, busbw = algbw * 2 (N - 1) / N. After
@@ -18,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets")
+LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -26,14 +27,22 @@ class AllReduceMismatch(RuntimeError):
     """The reduced values are wrong; the message has the count of wrong elements."""
 
 
-def thesis_gradient_layouts(device: torch.device) -> dict[str, list[int]]:
-    """Element counts per tensor for each layout, read from a DDP-wrapped thesis segmentor."""
+def gradient_layouts(device: torch.device, preset: str = "thesis") -> dict[str, list[int]]:
+    """Element counts per tensor for each layout: the thesis model's, and ``preset``'s buckets."""
+    layouts = _model_layouts(device, "thesis")
+    layouts["preset_buckets"] = (layouts["ddp_buckets"] if preset == "thesis"
+                                 else _model_layouts(device, preset)["ddp_buckets"])
+    return layouts
+
+
+def _model_layouts(device: torch.device, preset: str) -> dict[str, list[int]]:
+    """Flat sizes and DDP's bucket sizes, read from a DDP-wrapped segmentor of ``preset``."""
     from torch.nn.parallel import DistributedDataParallel
 
     from swinkit.config import load_config
     from swinkit.model.segmentor import build_segmentor
 
-    cfg = load_config("thesis", device="cpu" if device.type == "cpu" else "cuda")
+    cfg = load_config(preset, device="cpu" if device.type == "cpu" else "cuda")
     model = build_segmentor(cfg).to(device)
     backbone = sum(p.numel() for p in model.backbone.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -67,15 +76,20 @@ def tiny_batch(device, n: int = 2, size: int = 64):
     return torch.randn(n, 3, *shape, device=device), samples
 
 
-def _timed(tensors: list[torch.Tensor], device) -> float:
+def _timed(tensors: list[torch.Tensor], device, reps: int = 3) -> float:
+    """Seconds per round of (launch every tensor's all-reduce, as DDP does; wait for all).
+
+    ``reps`` rounds run back to back after a barrier, so the barrier's exit skew between ranks
+    is spread over them (nccl-tests' practice); the slowest rank's mean is the sample."""
     dist.barrier()
     start = time.perf_counter()
-    works = [dist.all_reduce(t, async_op=True) for t in tensors]  # as DDP: launch all, then wait
-    for w in works:
-        w.wait()
+    for _ in range(reps):
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        for w in works:
+            w.wait()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    local = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    local = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64, device=device)
     dist.all_reduce(local, op=dist.ReduceOp.MAX)
     return float(local)
 
@@ -95,10 +109,12 @@ def check_reduction(tensors: list[torch.Tensor], rank: int, world: int, corrupt:
 
 
 def allreduce_rank(rank, samples: int = 7, warmup: int = 2, layouts=LAYOUTS, dtypes=tuple(DTYPES),
-                   bare_iters: int = 7) -> dict:
-    """Rank entry point: time every (layout, dtype); check correctness; time a bare loop."""
+                   bare_iters: int = 7, sizes: dict | None = None, preset: str = "thesis") -> dict:
+    """Rank entry point: time every (layout, dtype); check correctness; time a bare loop.
+
+    ``sizes`` replaces the thesis model's layouts (element counts per tensor), for tests."""
     device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
-    sizes = thesis_gradient_layouts(device)
+    sizes = sizes or gradient_layouts(device, preset)
     fault = os.environ.get("SWINKIT_FAULT", "")
     corrupt = fault.startswith("corrupt_allreduce") and str(rank.rank) in fault.split(":")[-1].split(",")
     out = {"rank": rank.rank, "sizes": sizes, "times": {}, "wrong": {}}
@@ -154,12 +170,12 @@ def summarize_rank0(result: dict, world: int) -> dict:
     return out
 
 
-def allreduce_sweep(world_sizes, samples: int = 7, progress=print):
+def allreduce_sweep(world_sizes, preset: str = "thesis", samples: int = 7, progress=print):
     """Sweep keyed by world size: :func:`summarize_rank0` of one launch each."""
     from swinkit.dist import LaunchConfig, launch
     from swinkit.workloads.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
 
-    sweep = Sweep(meta={"samples": samples})
+    sweep = Sweep(meta={"samples": samples, "preset": preset})
     for ws, reason in plan_world_sizes(world_sizes).items():
         if reason:
             sweep.skipped[ws] = reason
@@ -169,7 +185,8 @@ def allreduce_sweep(world_sizes, samples: int = 7, progress=print):
                            wall_timeout_s=1800)
 
         def one(ws=ws, cfg=cfg):
-            run = launch(f"{__name__}:allreduce_rank", {"samples": samples}, cfg, quiet=True)
+            run = launch(f"{__name__}:allreduce_rank", {"samples": samples, "preset": preset},
+                         cfg, quiet=True)
             return summarize_rank0(run.result["ranks"][0], ws)
         sweep.run(ws, one, progress)
     return sweep

@@ -124,8 +124,14 @@ def measure_isolated(preset: str, batch: int, samples: int = 7, timeout_s: float
         return json.loads(out.read_text())
 
 
-def model_sweep(presets, batches=("1", "per_rank"), progress=print):
-    """Sweep keyed by (preset, batch name); presets that need a GPU are skipped on CPU."""
+BATCHES = {"per_rank": 1, "double": 2}  # x images_per_rank; 1 image would break BN in the heads
+
+
+def model_sweep(presets, batches=tuple(BATCHES), progress=print):
+    """Sweep keyed by (preset, batch name); presets that need a GPU are skipped on CPU.
+
+    Batches are multiples of the preset's images per rank: a single image cannot train the
+    BatchNorm of UperNet's pooled 1x1 branch."""
     from swinkit.config import load_config
     from swinkit.workloads.sweep import Sweep
 
@@ -136,7 +142,7 @@ def model_sweep(presets, batches=("1", "per_rank"), progress=print):
             if cfg.device == "cuda" and not torch.cuda.is_available():
                 sweep.skipped[(preset, name)] = f"preset {preset} runs on a GPU; none here"
                 continue
-            batch = cfg.images_per_rank if name == "per_rank" else int(name)
+            batch = cfg.images_per_rank * BATCHES[name]
             progress(f"  forward/backward: preset {preset}, batch {batch}")
             sweep.run((preset, name), lambda: measure_isolated(preset, batch), progress)
     return sweep

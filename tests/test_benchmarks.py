@@ -1,0 +1,146 @@
+"""The asv suite's shape: classes, params, skips, the all-reduce check, and a tiny asv run."""
+import importlib
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swinkit.dist import LaunchConfig, LaunchError, launch
+from swinkit.workloads.sweep import Sweep, plan_world_sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp"]
+
+
+def _classes():
+    for name in MODULES:
+        module = importlib.import_module(f"benchmarks.{name}")
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and not cls_name.startswith("_"):
+                yield f"{name}.{cls_name}", cls
+
+
+CLASSES = dict(_classes())
+
+
+def test_every_benchmark_file_has_classes():
+    assert {name.split(".")[0] for name in CLASSES} == set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_params_and_param_names_agree(name):
+    cls = CLASSES[name]
+    assert len(cls.params) == len(cls.param_names)
+    assert all(isinstance(p, list) and p for p in cls.params)
+    metrics = [m for m in dir(cls) if m.startswith(("track_", "time_"))]
+    assert metrics, f"{name} measures nothing"
+    for metric in metrics:
+        func = getattr(cls, metric)
+        assert list(inspect.signature(func).parameters)[2:] == cls.param_names
+        if metric.startswith("track_"):
+            assert getattr(func, "unit", None), f"{name}.{metric} has no unit"
+    if any(n == "world_size" for n in cls.param_names):
+        assert cls.params[cls.param_names.index("world_size")] == [1, 2, 4, 8]
+
+
+def test_setup_skips_and_fails_with_the_reason():
+    sweep = Sweep(results={1: {}}, skipped={4: "needs 4 GPUs; this machine has 0"},
+                  failed={2: "rank 1 was killed by SIGKILL"})
+    ddp = CLASSES["bench_ddp.Iteration"]()
+    ddp.setup(sweep, 1)
+    with pytest.raises(NotImplementedError, match="needs 4 GPUs"):
+        ddp.setup(sweep, 4)
+    with pytest.raises(RuntimeError, match="SIGKILL"):
+        ddp.setup(sweep, 2)
+    with pytest.raises(NotImplementedError, match="not measured"):
+        ddp.setup(sweep, 8)
+
+
+def test_world_sizes_beyond_the_cores_are_skipped_unless_opted_in(monkeypatch):
+    monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
+    cores = os.cpu_count()
+    plan = plan_world_sizes([1, cores, cores * 2], backend="gloo")
+    assert plan[1] is None and plan[cores] is None
+    assert "SWINKIT_OVERSUBSCRIBE=1" in plan[cores * 2]
+    monkeypatch.setenv("SWINKIT_OVERSUBSCRIBE", "1")
+    assert plan_world_sizes([cores * 2], backend="gloo")[cores * 2] is None
+    assert "GPUs" in plan_world_sizes([1], backend="nccl")[1] or _has_gpu()
+
+
+def _has_gpu():
+    import torch
+    return torch.cuda.is_available()
+
+
+def test_samples_shape_for_asv():
+    from benchmarks.common import samples
+    assert samples([1.0, 2.0]) == {"samples": [1.0, 2.0], "number": 1}
+    assert math.isnan(samples([]))
+
+
+SMALL = {"backbone_flat": [1000], "segmentor_flat": [3000], "ddp_buckets": [1000, 2000],
+         "preset_buckets": [500, 500]}
+
+
+def test_allreduce_correctness_check_passes_and_reports_bandwidth(no_orphans):
+    from swinkit.workloads.allreduce import summarize_rank0
+    run = launch("swinkit.workloads.allreduce:allreduce_rank", {"samples": 3, "sizes": SMALL},
+                 LaunchConfig(world_size=2, wall_timeout_s=120), quiet=True)
+    rank0 = run.result["ranks"][0]
+    assert all(v == 0 for v in rank0["wrong"].values())
+    summary = summarize_rank0(rank0, 2)
+    fp32 = summary["ddp_buckets/fp32"]
+    assert fp32["bytes"] == 3000 * 4 and fp32["buckets"] == 2
+    assert summary["ddp_buckets/bf16"]["bytes"] == 3000 * 2
+    for algbw, busbw in zip(fp32["algbw_gbps"], fp32["busbw_gbps"]):
+        assert busbw == pytest.approx(algbw)  # 2 (N-1)/N = 1 at N = 2
+
+
+def test_corrupted_reduction_fails_with_the_count(no_orphans):
+    with pytest.raises(LaunchError) as info:
+        launch("swinkit.workloads.allreduce:allreduce_rank", {"samples": 1, "sizes": SMALL},
+               LaunchConfig(world_size=2, wall_timeout_s=120),
+               env={"SWINKIT_FAULT": "corrupt_allreduce:1"}, quiet=True)
+    d = info.value.diagnosis
+    assert d.rank == 1 and "AllReduceMismatch" in d.summary
+    corrupted = len(range(0, 1000, 1000 // 3))  # what the fault corrupts in 1000 elements
+    assert f"backbone_flat/fp32: {corrupted}," in d.summary
+
+
+def test_asv_quick_run_on_the_test_preset(tmp_path, data_root, no_orphans):
+    """A real `asv run --quick` of one benchmark, then `asv publish`, in a scratch copy."""
+    conf = json.loads(_strip_comments((ROOT / "asv.conf.json").read_text()))
+    conf.update(results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"),
+                env_dir=str(tmp_path / "env"), repo=str(ROOT),
+                benchmark_dir=str(ROOT / "benchmarks"))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    env = dict(os.environ, SWINKIT_PRESET="test", SWINKIT_DATA_ROOT=str(data_root))
+    asv = [sys.executable, "-m", "asv", "--config", str(tmp_path / "asv.conf.json")]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    if not commit:
+        pytest.skip("not a git checkout")
+    subprocess.run(asv + ["machine", "--yes"], env=env, check=True, capture_output=True, timeout=60)
+    run = subprocess.run(asv + ["run", "--python=same", "--quick", "--set-commit-hash", commit,
+                                "-b", "bench_ddp.Iteration.track_iteration"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    files = [p for p in (tmp_path / "results").rglob("*.json") if p.name != "machine.json"
+             and p.name != "benchmarks.json"]
+    assert files, run.stdout[-2000:]
+    result = json.loads(files[0].read_text())["results"]["bench_ddp.Iteration.track_iteration"]
+    values = result[0]
+    assert values[0] > 0 and values[1] > 0           # world sizes 1 and 2 measured
+    assert values[2] is None or math.isnan(values[2]) or os.cpu_count() >= 4  # 4: skipped here
+    pub = subprocess.run(asv + ["publish"], env=env, capture_output=True, text=True, timeout=300)
+    assert pub.returncode == 0, pub.stderr[-2000:]
+    assert (tmp_path / "html" / "index.html").exists()
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("//"))

@@ -1,0 +1,86 @@
+"""Where does the scaling go? Attribute lost parallel efficiency to components.
+
+Examples:
+    .venv/bin/python tools/attribute.py                      # latest asv results of this machine
+    .venv/bin/python tools/attribute.py --commit 1a2b3c4d --against 5e6f7a8b
+    .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 \
+        --json a.json --html a.html
+    .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 --inject comm_ms=20
+
+Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
+2 bad arguments; 3 no usable measurements (the message says which command makes them).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--results", default=str(ROOT / ".asv" / "results"), help="asv results folder")
+    p.add_argument("--commit", help="commit (prefix) of the asv results (default: latest)")
+    p.add_argument("--machine", help="asv machine name (default: any)")
+    p.add_argument("--against", help="another commit to compare with")
+    p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
+    p.add_argument("--iters", type=int, default=10, help="with --run: measured iterations")
+    p.add_argument("--inject", help="with --run: known delays, e.g. comm_ms=20 (see swinkit ddp)")
+    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--html", help="write an offline HTML report here (PNGs beside it)")
+    return p
+
+
+def _world_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--world-sizes must be integers joined by commas, got {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"--world-sizes must be positive, got {text!r}")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    from swinkit.analysis import analyse
+    from swinkit.attribution_inputs import InputError, from_asv, from_run
+    from swinkit.dist import LaunchError
+    from swinkit.measure.atomic import write_json_atomic
+    from swinkit.report_attribution import text_report, write_html
+    from swinkit.workloads.inject import parse_injection
+
+    try:
+        if args.run:
+            inputs = from_run(args.preset, _world_sizes(args.world_sizes),
+                              parse_injection(args.inject), iters=args.iters)
+        else:
+            inputs = from_asv(Path(args.results), args.machine, args.commit)
+        against = from_asv(Path(args.results), args.machine, args.against) if args.against else None
+    except InputError as exc:
+        print(f"attribute: {exc}", file=sys.stderr)
+        return 3
+    except LaunchError as exc:
+        print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"attribute: error: {exc}", file=sys.stderr)
+        return 2
+    report = analyse(inputs, against)
+    print(text_report(report))
+    if args.json:
+        write_json_atomic(args.json, report)
+        print(f"JSON report: {args.json}")
+    if args.html:
+        paths = write_html(report, args.html)
+        print(f"HTML report: {paths[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
