@@ -24,6 +24,10 @@ class Iteration(_DDPRun):
         return samples(sweep.get(world_size)["ranks"][0]["iteration"])
     track_iteration.unit = "s"
 
+    def track_mean_iteration(self, sweep, world_size):
+        return sweep.get(world_size)["iter_mean_s"]
+    track_mean_iteration.unit = "s"
+
     def track_skew(self, sweep, world_size):
         return max(sweep.get(world_size)["skew_s"].values())
     track_skew.unit = "s"
@@ -53,6 +57,11 @@ class Phase(_DDPRun):
     def track_seconds(self, sweep, world_size, phase):
         return samples(sweep.get(world_size)["ranks"][0]["phases"][phase])
     track_seconds.unit = "s"
+
+    def track_mean_seconds(self, sweep, world_size, phase):
+        """Mean over iterations and ranks: these add up to the mean iteration (attribution)."""
+        return sweep.get(world_size)["phases_mean_s"][phase]
+    track_mean_seconds.unit = "s"
 
     def track_share(self, sweep, world_size, phase):
         return 100 * sweep.get(world_size)["phase_shares"][phase]

@@ -56,7 +56,7 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
                 continue
             if commit and not data["commit_hash"].startswith(commit):
                 continue
-            if "bench_ddp.Phase.track_seconds" in data["results"]:
+            if "bench_ddp.Phase.track_mean_seconds" in data["results"]:
                 candidates.append((data.get("date", 0), m, data))
     if not candidates:
         what = f"commit {commit}" if commit else "any commit"
@@ -87,16 +87,19 @@ def _table(data: dict, name: str) -> dict[tuple, dict]:
 
 def from_asv(results_dir: Path, machine: str | None = None, commit: str | None = None) -> Inputs:
     machine, commit, data, skipped = _load_results(Path(results_dir), machine, commit)
-    phases = _table(data, "bench_ddp.Phase.track_seconds")
-    iters = _table(data, "bench_ddp.Iteration.track_iteration")
+    phases = _table(data, "bench_ddp.Phase.track_mean_seconds")
+    means = _table(data, "bench_ddp.Iteration.track_mean_iteration")
+    iters = _table(data, "bench_ddp.Iteration.track_iteration")  # samples: the spread
     measured = {}
-    for (ws,), it in iters.items():
+    for (ws,), mean in means.items():
         comps = {c: phases[(ws, c)]["value"] for c in COMPONENTS if (ws, c) in phases}
         if len(comps) != len(COMPONENTS):
             continue
-        iqr = (it["q75"] - it["q25"]) / it["value"] if it["q75"] is not None else None
-        measured[int(ws)] = Measured(int(ws), it["value"], comps, iqr,
-                                     len(it["samples"]) if it["samples"] else None)
+        it = iters.get((ws,), {})
+        iqr = ((it["q75"] - it["q25"]) / it["value"]
+               if it.get("q75") is not None and it.get("value") else None)
+        measured[int(ws)] = Measured(int(ws), mean["value"], comps, iqr,
+                                     len(it["samples"]) if it.get("samples") else None)
     inputs = Inputs(measured, meta={"commit": commit, "machine": machine, "source": "asv",
                                     "preset": data.get("env_vars", {}).get("SWINKIT_PRESET")},
                     skipped_files=skipped)
@@ -148,7 +151,7 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
         r = run_ddp(DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
                                injection=injection, launch=lc), progress=progress)
         stats = r["iteration_stats"]["0"]
-        measured[ws] = Measured(ws, r["iter_s"], dict(r["phases_s"]), stats["iqr_ratio"],
+        measured[ws] = Measured(ws, r["iter_mean_s"], dict(r["phases_mean_s"]), stats["iqr_ratio"],
                                 stats["n"], extra={"straggler": r["straggler"],
                                                    "skew_s": r["skew_s"]})
         extra[ws] = {"backend": r["backend"], "device": r["device"]}

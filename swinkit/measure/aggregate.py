@@ -1,6 +1,7 @@
 """Across-rank aggregation of per-iteration phase samples (numbers only, no rendering).
 
-Each phase: the median over iterations per rank, then the median of those across ranks; skew is
+Each phase: the median over iterations per rank, then the median of those across ranks (and,
+because medians do not add up, the mean of per-rank means beside it, which does); skew is
 the spread of the per-rank medians (max - min). The straggler is the rank with the most busy
 time (everything but exposed communication, which is where the others wait for it).
 """
@@ -23,6 +24,11 @@ def aggregate_phases(ranks: Sequence[dict], phases: Sequence[str]) -> dict:
     skew = {p: max(per_rank[k][p].median for k in per_rank) - min(per_rank[k][p].median
                                                                    for k in per_rank)
             for p in phases}
+    # Means add up (sum of phase means = mean iteration, exactly), so they are what the loss
+    # split uses; medians and IQRs stay the robust summary and the spread.
+    mean_phases = {p: statistics.fmean(statistics.fmean(r["phases"][p]) for r in ranks)
+                   for p in phases}
+    mean_iter = statistics.fmean(statistics.fmean(r["iteration"]) for r in ranks)
     busy = {k: sum(per_rank[k][p].median for p in BUSY if p in per_rank[k]) for k in per_rank}
     straggler = max(busy, key=busy.get)
     busy_median = statistics.median(busy.values())
@@ -31,6 +37,8 @@ def aggregate_phases(ranks: Sequence[dict], phases: Sequence[str]) -> dict:
         "phase_shares": {p: agg[p] / iter_s if iter_s else None for p in phases},
         "iter_s": iter_s,
         "phase_sum_s": sum(agg.values()),
+        "phases_mean_s": mean_phases,
+        "iter_mean_s": mean_iter,
         "iteration_stats": {str(k): m.to_dict() for k, m in iteration.items()},
         "per_rank_phases_s": {str(k): {p: m.median for p, m in v.items()} for k, v in per_rank.items()},
         "per_rank_phase_stats": {str(k): {p: m.to_dict() for p, m in v.items()}

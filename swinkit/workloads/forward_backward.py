@@ -52,9 +52,8 @@ def _ops(model, scope: str, batch: int, crop, device):
     params = [p for p in module.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=1e-6)
 
-    def forward():
-        with torch.no_grad():
-            return _loss(model, scope, inputs, samples)
+    def forward():  # as in training: autograd records the graph (then it is dropped)
+        return _loss(model, scope, inputs, samples).detach()
 
     def forward_backward():
         _loss(model, scope, inputs, samples).backward()

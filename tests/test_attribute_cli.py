@@ -1,0 +1,109 @@
+"""tools/attribute.py on stored asv results: schema, bad input and exit codes."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swinkit.attribution import COMPONENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+           "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+           "samples", "profile"]
+WS = ["1", "2", "4", "8"]
+
+
+def _entry(values, params, q=None):
+    n = len(values)
+    return [values, params, "v", 0, 1.0, [None] * n, [None] * n,
+            [v * 0.98 if v else None for v in values] if q else [None] * n,
+            [v * 1.02 if v else None for v in values] if q else [None] * n,
+            [1] * n, [7] * n, [[v] * 7 if v else None for v in values] if q else [None] * n]
+
+
+def _write_results(folder: Path, commit: str, phases_by_ws: dict, date: int) -> Path:
+    """A minimal asv results file holding the DDP benchmarks the attribution reads."""
+    means = [sum(phases_by_ws[int(w)].values()) if int(w) in phases_by_ws else None for w in WS]
+    phase_vals = [phases_by_ws[int(w)][c] if int(w) in phases_by_ws else None
+                  for w in WS for c in COMPONENTS]
+    data = {"commit_hash": commit, "date": date, "env_name": "x", "version": 2,
+            "result_columns": COLUMNS, "params": {}, "requirements": {}, "env_vars": {},
+            "results": {
+                "bench_ddp.Iteration.track_mean_iteration": _entry(means, [WS]),
+                "bench_ddp.Iteration.track_iteration": _entry(means, [WS], q=True),
+                "bench_ddp.Phase.track_mean_seconds": _entry(
+                    phase_vals, [WS, [f"'{c}'" for c in COMPONENTS]])}}
+    path = folder / f"{commit[:8]}-existing-py.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _phases(data_wait=0.1, forward=0.3, backward=0.4, exposed_comm=0.0, optimizer=0.1, other=0.01):
+    return dict(data_wait=data_wait, forward=forward, backward=backward,
+                exposed_comm=exposed_comm, optimizer=optimizer, other=other)
+
+
+def _attribute(*args):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def results(tmp_path):
+    machine = tmp_path / "results" / "box"
+    _write_results(machine, "a" * 40, {1: _phases(), 2: _phases(exposed_comm=0.2)}, date=1)
+    _write_results(machine, "b" * 40, {1: _phases(), 2: _phases(data_wait=0.4)}, date=2)
+    (machine / "cccccccc-broken.json").write_text("{not json")
+    return tmp_path / "results"
+
+
+def test_latest_commit_report_json_and_html(results, tmp_path):
+    out = _attribute("--results", str(results), "--json", str(tmp_path / "a.json"),
+                     "--html", str(tmp_path / "a.html"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["commit"] == "b" * 40 and report["machine"] == "box"
+    assert sum(report["loss_shares"]["2"].values()) == pytest.approx(100.0, abs=0.5)
+    assert report["loss_shares"]["2"]["data_wait"] == pytest.approx(100.0, abs=0.5)
+    assert any("cccccccc-broken.json" in f for f in report["skipped_files"])
+    html = (tmp_path / "a.html").read_text()
+    assert "data:image/png;base64," in html and "http" not in html.split("<body>")[0]
+    assert (tmp_path / "a-efficiency.png").exists()
+    assert "where the" in out.stdout and "skipped unreadable result file" in out.stdout
+
+
+def test_against_names_the_component_that_moved(results, tmp_path):
+    out = _attribute("--results", str(results), "--commit", "bbbb", "--against", "aaaa",
+                     "--json", str(tmp_path / "a.json"))
+    assert out.returncode == 0, out.stderr
+    moved = json.loads((tmp_path / "a.json").read_text())["against"]["per_world_size"]["2"]
+    assert moved["moved_most"] == "data_wait"
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--results", "/nonexistent"], 3, "python tools/suite.py"),
+    (["--commit", "ffff"], 3, "no DDP results for commit ffff"),
+    (["--machine", "other"], 3, "no results for machine 'other'"),
+    (["--run", "--world-sizes", "0,1"], 2, "--world-sizes must be positive"),
+    (["--run", "--world-sizes", "a"], 2, "--world-sizes must be integers"),
+    (["--run", "--inject", "bogus=1"], 2, "no field 'bogus'"),
+])
+def test_bad_input_exit_codes(results, args, code, message):
+    if "--results" not in args:
+        args = ["--results", str(results), *args]
+    out = _attribute(*args)
+    assert out.returncode == code, out.stderr
+    assert message in out.stderr
+
+
+def test_single_world_size_and_missing_world_size_1(tmp_path):
+    machine = tmp_path / "results" / "box"
+    _write_results(machine, "d" * 40, {2: _phases()}, date=1)
+    out = _attribute("--results", str(tmp_path / "results"), "--json", str(tmp_path / "a.json"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["runs"][0]["speedup"] is None
+    assert "world size 1 is missing" in out.stdout and "only one world size" in out.stdout
