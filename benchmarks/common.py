@@ -6,17 +6,9 @@ Environment variables (asv passes the environment through to benchmarks):
     SWINKIT_DATA_ROOT      ADE20K root (default: the synthetic set)
 """
 import math
-import os
 
 from swinkit.workloads.sweep import WORLD_SIZES  # noqa: F401  re-exported for the benchmarks
-
-PRESET_ENV = "SWINKIT_PRESET"
-
-
-def preset() -> str:
-    import torch
-    default = "thesis" if torch.cuda.is_available() else "cpu"
-    return os.environ.get(PRESET_ENV, default)
+from swinkit.workloads.sweep import default_preset as preset  # noqa: F401
 
 
 def samples(values):

@@ -4,12 +4,12 @@ asv's fast path benchmarks the working tree in the existing environment
 (``asv run --python=same``), which records nothing without ``--set-commit-hash``; the history
 path (``asv run A..B``) builds each commit in its own environment (see asv.conf.json). Next to
 asv's results this writes what asv's machine info lacks (library versions, GPUs, topology,
-thread policy) as ``swinkit-environment-<commit>.json``.
+thread policy) as ``.asv/swinkit-environment/<machine>/<commit>.json`` (outside asv's results
+folder, which asv expects to hold only its own files).
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +18,12 @@ from pathlib import Path
 from swinkit.measure.atomic import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_conf(path: Path = ROOT / "asv.conf.json") -> dict:
+    """asv.conf.json as a dict (asv allows // comment lines; json does not)."""
+    return json.loads("\n".join(line for line in path.read_text().splitlines()
+                                if not line.strip().startswith("//")))
 
 
 def _asv(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -38,15 +44,21 @@ def head_commit() -> str:
 
 def environment_record() -> dict:
     from swinkit.workloads.ddp_run import environment
-    from swinkit.workloads.sweep import oversubscribe_allowed
+    from swinkit.workloads.sweep import default_backend, default_preset, oversubscribe_allowed
     env = environment()
     env["threads_per_rank"] = 1
     env["oversubscribe"] = oversubscribe_allowed()
-    env["preset"] = os.environ.get("SWINKIT_PRESET")
+    env["preset"] = default_preset()
+    env["backend"] = default_backend()
     if shutil.which("nvidia-smi"):
         topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
         env["gpu_topology"] = topo.stdout if topo.returncode == 0 else None
     return env
+
+
+def environment_path(results_dir: Path, machine: str, commit: str) -> Path:
+    """Where the environment record of (machine, commit) lives: beside asv's results folder."""
+    return Path(results_dir).parent / "swinkit-environment" / machine / f"{commit[:8]}.json"
 
 
 def run_suite(bench: str | None = None, quick: bool = False) -> Path:
@@ -65,11 +77,10 @@ def run_suite(bench: str | None = None, quick: bool = False) -> Path:
     if bench:
         args += ["-b", bench]
     _asv(*args)
-    conf = json.loads("\n".join(l for l in (ROOT / "asv.conf.json").read_text().splitlines()
-                                if not l.strip().startswith("//")))
+    conf = read_conf()
     machine = json.loads((Path.home() / ".asv-machine.json").read_text())
     name = next(k for k in machine if k != "version")
-    record = ROOT / conf["results_dir"] / name / f"swinkit-environment-{commit[:8]}.json"
-    write_json_atomic(record, environment_record())
+    write_json_atomic(environment_path(ROOT / conf["results_dir"], name, commit),
+                      environment_record())
     _asv("publish")
     return ROOT / conf["html_dir"]

@@ -31,10 +31,6 @@ class Inputs:
 
 # ---------------------------------------------------------------- from asv results
 
-def _strip(text: str) -> str:
-    return "\n".join(l for l in text.splitlines() if not l.strip().startswith("//"))
-
-
 def _load_results(results_dir: Path, machine: str | None, commit: str | None):
     """(machine, commit, data, skipped) of the chosen results file."""
     if not results_dir.is_dir():
@@ -46,7 +42,7 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
     skipped, candidates = [], []
     for m in [machine] if machine else machines:
         for path in sorted((results_dir / m).glob("*.json")):
-            if path.name == "machine.json" or path.name.startswith("swinkit-"):
+            if path.name == "machine.json":
                 continue
             try:
                 data = json.loads(path.read_text())
@@ -100,11 +96,21 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
                if it.get("q75") is not None and it.get("value") else None)
         measured[int(ws)] = Measured(int(ws), mean["value"], comps, iqr,
                                      len(it["samples"]) if it.get("samples") else None)
+    env = _environment(Path(results_dir), machine, commit)
     inputs = Inputs(measured, meta={"commit": commit, "machine": machine, "source": "asv",
-                                    "preset": data.get("env_vars", {}).get("SWINKIT_PRESET")},
-                    skipped_files=skipped)
+                                    "preset": env.get("preset"), "backend": env.get("backend"),
+                                    "environment": env}, skipped_files=skipped)
     inputs.isolated = _isolated_from_asv(data, measured)
     return inputs
+
+
+def _environment(results_dir: Path, machine: str, commit: str) -> dict:
+    """tools/suite.py's record of the run (preset, backend, versions); {} if absent/unreadable."""
+    from swinkit.asv_suite import environment_path
+    try:
+        return json.loads(environment_path(results_dir, machine, commit).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _isolated_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, Isolated]:

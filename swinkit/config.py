@@ -82,6 +82,9 @@ def validate(cfg) -> None:
     workers = cfg.get("loader_workers")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"loader_workers must be an integer >= 0, got {workers!r}")
+    skip = cfg.get("skip_bad_samples", 0)
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip_bad_samples must be an integer >= 0, got {skip!r}")
     if cfg.get("device") not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {cfg.get('device')!r}")
     window = cfg.model.backbone.window_size
@@ -113,6 +116,7 @@ def _derive(cfg, data_root: Path) -> None:
     crop = tuple(cfg.crop_size)
     cfg.data_root = str(data_root)
     cfg.train_dataset.data_root = str(data_root)
+    cfg.train_dataset.skip_bad_samples = cfg.get("skip_bad_samples", 0)
     cfg.model.data_preprocessor.size = crop
     cfg.data_preprocessor = cfg.model.data_preprocessor
     for step in cfg.train_pipeline:

@@ -6,8 +6,11 @@ communication error, i.e. a symptom of another rank's failure). Rank 0 gathers e
 return value and writes ``result.json`` atomically.
 
 Faults for testing are injected through one switch, ``$SWINKIT_FAULT`` = ``KIND:RANKS[:STEP]``
-(KIND one of kill, raise, hang, spin, nojoin; RANKS like ``1`` or ``0,1`` or ``all``; STEP the
-step at which to act, default 2), read by :class:`Rank` at the named step.
+(KIND one of kill, raise, hang, spin, nojoin, oom; RANKS like ``1`` or ``0,1`` or ``all``; STEP
+the step at which to act, default 2), read by :class:`Rank` at the named step. ``oom`` caps the
+rank's address space just above what it uses, so its next large allocation fails. The data
+layer reads ``loader_kill:K`` / ``loader_stall:K``, the all-reduce benchmark
+``corrupt_allreduce:RANKS``.
 """
 from __future__ import annotations
 
@@ -73,6 +76,12 @@ def _act(kind: str, rank: int) -> None:
     elif kind == "hang":
         while True:
             time.sleep(1)
+    elif kind == "oom":
+        import resource
+
+        import psutil
+        used = psutil.Process().memory_info().vms
+        resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), resource.RLIM_INFINITY))
     elif kind == "spin":
         while True:
             print(f"rank {rank}: busy, no progress", flush=True)

@@ -114,7 +114,8 @@ def test_corrupted_reduction_fails_with_the_count(no_orphans):
 
 def test_asv_quick_run_on_the_test_preset(tmp_path, data_root, no_orphans):
     """A real `asv run --quick` of one benchmark, then `asv publish`, in a scratch copy."""
-    conf = json.loads(_strip_comments((ROOT / "asv.conf.json").read_text()))
+    from swinkit.asv_suite import read_conf
+    conf = read_conf()
     conf.update(results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"),
                 env_dir=str(tmp_path / "env"), repo=str(ROOT),
                 benchmark_dir=str(ROOT / "benchmarks"))
@@ -140,7 +141,3 @@ def test_asv_quick_run_on_the_test_preset(tmp_path, data_root, no_orphans):
     pub = subprocess.run(asv + ["publish"], env=env, capture_output=True, text=True, timeout=300)
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert (tmp_path / "html" / "index.html").exists()
-
-
-def _strip_comments(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("//"))

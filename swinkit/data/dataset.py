@@ -8,6 +8,8 @@ any failure into :class:`CorruptSampleError` with the file and index.
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 import numpy as np
 from mmseg.datasets import ADE20KDataset
@@ -34,9 +36,45 @@ class CheckedADE20KDataset(ADE20KDataset):
 
     The first two pipeline steps (image and annotation loading) run here so the decoded arrays
     can be checked before augmentation hides a size mismatch.
+
+    Args:
+        skip_bad_samples: 0 (default) raises on the first bad sample. N > 0 replaces a bad
+            sample by the next good one, records what was skipped in the sample's metainfo
+            (``skipped_samples``: list of "sample i: path: reason"), and raises once more than N
+            bad samples in a row are met.
     """
 
+    def __init__(self, *args, skip_bad_samples: int = 0, **kwargs):
+        if isinstance(skip_bad_samples, bool) or not isinstance(skip_bad_samples, int) \
+                or skip_bad_samples < 0:
+            raise ValueError(f"skip_bad_samples must be an integer >= 0, got {skip_bad_samples!r}")
+        self.skip_bad_samples = skip_bad_samples
+        super().__init__(*args, **kwargs)
+
+    def __getitem__(self, idx: int):
+        if not self._fully_initialized:
+            self.full_init()
+        skipped = []
+        for attempt in range(self.skip_bad_samples + 1):
+            index = (idx + attempt) % len(self)
+            try:
+                data = self.prepare_data(index)
+            except CorruptSampleError as exc:
+                if attempt >= self.skip_bad_samples:
+                    if skipped:
+                        raise CorruptSampleError(exc.index, exc.path, f"{exc.reason} (and "
+                                                 f"{len(skipped)} bad samples before it: more "
+                                                 f"than skip_bad_samples={self.skip_bad_samples})")
+                    raise
+                skipped.append(str(exc))
+                continue
+            if skipped:
+                data["data_samples"].set_metainfo({"skipped_samples": skipped})
+            return data
+        raise AssertionError("unreachable")
+
     def prepare_data(self, idx: int):
+        _maybe_fault(idx)
         info = self.get_data_info(idx)
         img_path, seg_path = info["img_path"], info["seg_map_path"]
         for path in (img_path, seg_path):
@@ -61,3 +99,19 @@ class CheckedADE20KDataset(ADE20KDataset):
         if out is None:
             raise CorruptSampleError(idx, path, what)
         return out
+
+
+def _maybe_fault(idx: int) -> None:
+    """Loader faults for tests, through the project's one switch ($SWINKIT_FAULT):
+    ``loader_kill:K`` / ``loader_stall:K`` make the worker that loads sample K die / hang."""
+    spec = os.environ.get("SWINKIT_FAULT", "")
+    if not spec.startswith("loader_"):
+        return
+    kind, _, at = spec.partition(":")
+    from torch.utils.data import get_worker_info
+    if get_worker_info() is None or str(idx) != at:
+        return
+    if kind == "loader_kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "loader_stall":
+        time.sleep(3600)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import signal
 from pathlib import Path
 
 import torch
@@ -74,9 +75,42 @@ def build_loader(cfg, dataset=None, rank: int = 0, world_size: int = 1,
 
 
 def batches(loader: DataLoader):
-    """Endless iteration over a loader, advancing the sampler's epoch each pass."""
+    """Endless iteration over a loader, advancing the sampler's epoch each pass.
+
+    Worker failures come out as :class:`LoaderError` with what happened: torch's own messages
+    ("DataLoader worker (pid 123) is killed by signal: Killed") do not say what to look at.
+    """
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
-        yield from loader
+        iterator = iter(loader)
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except RuntimeError as exc:
+                raise _loader_error(exc, loader, iterator) from exc
+            yield batch
         epoch += 1
+
+
+class LoaderError(RuntimeError):
+    """A data-loader worker died or stalled."""
+
+
+def _loader_error(exc: RuntimeError, loader: DataLoader, iterator) -> RuntimeError:
+    text = str(exc)
+    # torch words a dead worker two ways depending on which thread notices first; the worker
+    # processes' exit codes say what happened either way.
+    for worker in getattr(iterator, "_workers", []):
+        worker.join(timeout=1)
+        code = worker.exitcode
+        if code is not None and code < 0:
+            hint = ", possible host OOM" if -code == signal.SIGKILL else ""
+            return LoaderError(f"loader worker died (signal {-code}{hint}; pid {worker.pid})")
+    if "timed out" in text:
+        return LoaderError(f"loader timed out after {loader.timeout:g} s (a worker stalled)")
+    if "exited unexpectedly" in text:
+        return LoaderError(f"loader worker exited unexpectedly ({text})")
+    return exc

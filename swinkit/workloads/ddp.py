@@ -24,6 +24,7 @@ from swinkit.measure.ddp_timing import BucketClock, DDPStats, timed_allreduce_ho
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timers import PhaseClock
 from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.workloads.errors import out_of_memory_named
 from swinkit.workloads.inject import Injection, add_compute_delay, add_data_delay
 
 PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
@@ -76,44 +77,48 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     stats, cpu = DDPStats(ddp), CpuUsage()
     nvml = NvmlSampler(rank.local_rank) if cuda else None
     stream = batches(loader)
-    clocks, losses, starts = [], [], []
+    clocks, losses, starts, skipped = [], [], [], []
+    skip_mode = cfg.get("skip_bad_samples", 0) > 0
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     if profiler:
         profiler.start()
-    for it in range(warmup + iters):
-        if it == warmup:
-            cpu.start()
-            nvml and nvml.start()
-        if bare:
-            starts.append(time.perf_counter())
-        else:
-            rank.heartbeat(it)  # counted in the previous iteration's tail ("other")
-            boundary = clock.new_mark()
-            if clocks:
-                clocks[-1].append("other", boundary)
-            clock = PhaseClock(cuda)
-            clock.start(boundary)
-        batch = next(stream)
-        data = model.data_preprocessor(batch, training=True)
-        bare or clock.mark("data_wait")
-        loss, _ = model.parse_losses(ddp(**data, mode="loss"))
-        bare or clock.mark("forward")
-        bucket_clock.reset()
-        loss.backward()
-        if not bare:
-            clock.append("backward", bucket_clock.last_ready or clock.new_mark())
-            clock.mark("exposed_comm")
-        optim.step()
-        optim.zero_grad()
-        bare or clock.mark("optimizer")
-        for scheduler in schedulers:
-            scheduler.step()
-        if not bare:
-            clocks.append(clock)
-            stats.poll()
-        losses.append(loss.detach())
-        if profiler:
-            profiler.step()
+    with out_of_memory_named(rank.rank, cfg):
+        for it in range(warmup + iters):
+            if it == warmup:
+                cpu.start()
+                nvml and nvml.start()
+            if bare:
+                starts.append(time.perf_counter())
+            else:
+                rank.heartbeat(it)  # counted in the previous iteration's tail ("other")
+                boundary = clock.new_mark()
+                if clocks:
+                    clocks[-1].append("other", boundary)
+                clock = PhaseClock(cuda)
+                clock.start(boundary)
+            batch = next(stream)
+            if skip_mode:
+                skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
+            data = model.data_preprocessor(batch, training=True)
+            bare or clock.mark("data_wait")
+            loss, _ = model.parse_losses(ddp(**data, mode="loss"))
+            bare or clock.mark("forward")
+            bucket_clock.reset()
+            loss.backward()
+            if not bare:
+                clock.append("backward", bucket_clock.last_ready or clock.new_mark())
+                clock.mark("exposed_comm")
+            optim.step()
+            optim.zero_grad()
+            bare or clock.mark("optimizer")
+            for scheduler in schedulers:
+                scheduler.step()
+            if not bare:
+                clocks.append(clock)
+                stats.poll()
+            losses.append(loss.detach())
+            if profiler:
+                profiler.step()
     if bare:
         starts.append(time.perf_counter())
     else:
@@ -129,6 +134,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         "cpu": usage, "gpu": nvml.stop() if nvml else None,
         "bucket_sizes_bytes": stats.bucket_sizes_bytes(),
         "threads": torch.get_num_threads(), "loader_workers": loader.num_workers,
+        "skipped_samples": skipped,
     }
     if bare:
         result["iteration"] = [b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])]

@@ -19,6 +19,14 @@ WORLD_SIZES = (1, 2, 4, 8)
 OVERSUBSCRIBE_ENV = "SWINKIT_OVERSUBSCRIBE"
 
 
+PRESET_ENV = "SWINKIT_PRESET"
+
+
+def default_preset() -> str:
+    """$SWINKIT_PRESET, else thesis with CUDA and cpu without."""
+    return os.environ.get(PRESET_ENV) or ("thesis" if torch.cuda.is_available() else "cpu")
+
+
 def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 

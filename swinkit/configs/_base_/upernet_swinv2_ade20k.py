@@ -14,6 +14,7 @@ device = 'cuda'
 base_iters = 160000          # thesis Table 3: 160K iterations at 1 GPU, 160K/N at N GPUs
 warmup_iters = 1500
 data_root = ''
+skip_bad_samples = 0         # >0: replace up to this many bad samples in a row, and record them
 
 norm_cfg = dict(type='SyncBN', requires_grad=True)   # CPU runs get BN (SyncBN needs CUDA)
 data_preprocessor = dict(
