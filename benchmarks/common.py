@@ -6,9 +6,19 @@ Environment variables (asv passes the environment through to benchmarks):
     SWINKIT_DATA_ROOT      ADE20K root (default: the synthetic set)
 """
 import math
+import os
 
 from swinkit.workloads.sweep import WORLD_SIZES  # noqa: F401  re-exported for the benchmarks
-from swinkit.workloads.sweep import default_preset as preset  # noqa: F401
+
+
+def preset() -> str:
+    """$SWINKIT_PRESET, else thesis with CUDA and cpu without.
+
+    Kept here, not imported: asv runs these benchmark files (from the working tree) against
+    every commit's swinkit when it builds history, so they lean on as little of it as they can.
+    """
+    import torch
+    return os.environ.get("SWINKIT_PRESET") or ("thesis" if torch.cuda.is_available() else "cpu")
 
 
 def samples(values):

@@ -58,3 +58,53 @@ def no_orphans():
             break
         time.sleep(0.2)
     assert not left, f"orphan processes: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+
+
+@pytest.fixture
+def asv_scratch(tmp_path, data_root):
+    """Run asv on this checkout with results, HTML and machine file in a scratch folder.
+
+    Returns ``run(asv_args, **env) -> CompletedProcess``; ``run.results`` is the results folder.
+    The test preset and the session's small synthetic data are used; HOME points at the scratch
+    folder so the user's ~/.asv-machine.json is left alone.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from swinkit.asv_suite import ROOT, read_conf
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    if not commit:
+        pytest.skip("not a git checkout")
+    conf = read_conf()
+    conf.update(results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"),
+                env_dir=str(tmp_path / "env"), repo=str(ROOT),
+                benchmark_dir=str(Path(ROOT) / "benchmarks"))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    base_env = dict(os.environ, HOME=str(tmp_path), SWINKIT_PRESET="test",
+                    SWINKIT_DATA_ROOT=str(data_root))
+    asv = [sys.executable, "-m", "asv", "--config", str(tmp_path / "asv.conf.json")]
+    subprocess.run(asv + ["machine", "--yes"], env=base_env, check=True, capture_output=True,
+                   timeout=60)
+
+    def run(args, timeout=900, **env):
+        if args and args[0] == "run":
+            args = [*args[:1], "--python=same", "--quick", "--set-commit-hash", commit, *args[1:]]
+        return subprocess.run(asv + list(args), env=dict(base_env, **env), capture_output=True,
+                              text=True, timeout=timeout)
+
+    run.results = tmp_path / "results"
+    run.html = tmp_path / "html"
+    return run
+
+
+def asv_result_values(results_dir, name):
+    """The stored values of benchmark ``name`` (one per parameter combination)."""
+    import json
+    files = [p for p in results_dir.rglob("*.json")
+             if p.name not in ("machine.json", "benchmarks.json")]
+    assert files, f"no asv results under {results_dir}"
+    return json.loads(files[0].read_text())["results"][name][0]

@@ -45,6 +45,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import asv_result_values
 
 from swinkit.data.errors import CorruptSampleError
 from swinkit.data.loader import LoaderError, batches, build_dataset, build_loader
@@ -225,32 +226,15 @@ def test_attribution_flags_unstable_runs():
     assert r["runs"][0]["unstable"] and not r["runs"][1]["unstable"]
 
 
-def test_asv_records_a_crashing_benchmark_as_failed(tmp_path, data_root, no_orphans):
+def test_asv_records_a_crashing_benchmark_as_failed(asv_scratch, no_orphans):
     """Under asv, a benchmark whose rank is killed is failed (not a number), and the next
     benchmark in the same run still produces its result."""
-    from swinkit.asv_suite import read_conf
-    conf = read_conf()
-    conf.update(results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"),
-                repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"))
-    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
-    env = dict(os.environ, SWINKIT_PRESET="test", SWINKIT_DATA_ROOT=str(data_root),
-               SWINKIT_FAULT="kill:1:1")
-    asv = [sys.executable, "-m", "asv", "--config", str(tmp_path / "asv.conf.json")]
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    if not commit:
-        pytest.skip("not a git checkout")
-    subprocess.run(asv + ["machine", "--yes"], env=env, check=True, capture_output=True, timeout=60)
-    run = subprocess.run(asv + ["run", "--python=same", "--quick", "--set-commit-hash", commit,
-                                "-b", "bench_ddp.Iteration.track_iteration|bench_model.Memory"],
-                         env=env, capture_output=True, text=True, timeout=900)
+    run = asv_scratch(["run", "-b", "bench_ddp.Iteration.track_iteration|bench_model.Memory"],
+                      SWINKIT_FAULT="kill:1:1")
     out = run.stdout + run.stderr
     assert "was killed by SIGKILL" in out, out[-3000:]
-    files = [p for p in (tmp_path / "results").rglob("*.json")
-             if p.name not in ("machine.json", "benchmarks.json")]
-    results = json.loads(files[0].read_text())["results"]
-    ddp_values = results["bench_ddp.Iteration.track_iteration"][0]
+    ddp_values = asv_result_values(asv_scratch.results, "bench_ddp.Iteration.track_iteration")
     assert ddp_values[1] is None     # world size 2, where rank 1 was killed: failed, no number
     assert ddp_values[0] > 0         # world size 1 has no rank 1: measured in the same sweep
-    memory = results["bench_model.Memory.track_peak_memory"][0]
+    memory = asv_result_values(asv_scratch.results, "bench_model.Memory.track_peak_memory")
     assert memory[2] > 0   # (cpu, per_rank): the next benchmark still ran (thesis: GPU-only)
