@@ -68,7 +68,9 @@ def test_injected_delay_lands_in_its_phase(data_root, baselines, world_size, kin
     injection, phase = INJECTIONS[kind]
     base, hit = baselines[world_size], _run(data_root, world_size, injection)
     added = hit["iter_s"] - base["iter_s"]
-    assert added > 0.5 * DELAY_MS / 1e3, (kind, added)
+    # the delay acted (gloo may run the two buckets' delayed callbacks side by side, so the
+    # comm kind can add as little as one bucket's delay: DELAY_MS / 2)
+    assert added > 0.25 * DELAY_MS / 1e3, (kind, added)
     in_phase = hit["phases_s"][phase] - base["phases_s"][phase]
     assert in_phase >= 0.85 * added, {p: hit["phases_s"][p] - base["phases_s"][p] for p in PHASES}
     # the attribution gives that component >= 85 % of the lost time, shares adding to 100
