@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swinkit.measure.atomic import write_json_atomic
+from swinkit.attribution.asv_names import environment_path
+from swinkit.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,11 +55,6 @@ def environment_record() -> dict:
         topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
         env["gpu_topology"] = topo.stdout if topo.returncode == 0 else None
     return env
-
-
-def environment_path(results_dir: Path, machine: str, commit: str) -> Path:
-    """Where the environment record of (machine, commit) lives: beside asv's results folder."""
-    return Path(results_dir).parent / "swinkit-environment" / machine / f"{commit[:8]}.json"
 
 
 def run_suite(bench: str | None = None, quick: bool = False) -> Path:

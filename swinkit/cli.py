@@ -142,8 +142,8 @@ def _verify_data(args) -> int:
 
 def _ddp(args) -> int:
     from swinkit.dist import LaunchConfig, LaunchError
-    from swinkit.measure.atomic import RunLock, write_json_atomic
-    from swinkit.report import ddp_table
+    from swinkit.files import RunLock, write_json_atomic
+    from swinkit.report.ddp_table import ddp_table
     from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
     from swinkit.workloads.inject import parse_injection
 

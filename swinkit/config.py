@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from swinkit.checks import check_int
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PRESETS = ("thesis", "cpu", "test")
 DATA_ROOT_ENV = "SWINKIT_DATA_ROOT"
 PATCH_SIZE = 4
-TOTAL_STRIDE = 32
-SYNTHETIC_VERSION = 2  # bump when swinkit.data.synthetic writes different content  # patch embedding (4) x three patch mergings (2**3)
+TOTAL_STRIDE = 32  # patch embedding (4) x three patch mergings (2**3)
+SYNTHETIC_VERSION = 2  # bump when swinkit.data.synthetic writes different content
 
 
 def config_path(preset: str) -> Path:
@@ -61,12 +63,6 @@ class Workload:
     data_root: str
 
 
-def _positive_int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{field} must be a positive integer, got {value!r}")
-    return value
-
-
 def _min_window(window: Any) -> int:
     return window if isinstance(window, int) else min(window)
 
@@ -77,14 +73,10 @@ def validate(cfg) -> None:
     if not (isinstance(crop, (tuple, list)) and len(crop) == 2):
         raise ValueError(f"crop_size must be (height, width), got {crop!r}")
     for side in crop:
-        _positive_int(side, "crop_size")
-    _positive_int(cfg.get("images_per_rank"), "images_per_rank")
-    workers = cfg.get("loader_workers")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ValueError(f"loader_workers must be an integer >= 0, got {workers!r}")
-    skip = cfg.get("skip_bad_samples", 0)
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-        raise ValueError(f"skip_bad_samples must be an integer >= 0, got {skip!r}")
+        check_int("crop_size", side)
+    check_int("images_per_rank", cfg.get("images_per_rank"))
+    check_int("loader_workers", cfg.get("loader_workers"), 0)
+    check_int("skip_bad_samples", cfg.get("skip_bad_samples", 0), 0)
     if cfg.get("device") not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {cfg.get('device')!r}")
     window = cfg.model.backbone.window_size

@@ -1,36 +1,4 @@
-"""Weak-scaling arithmetic (thesis equations 3.1, 3.2; DESIGN.md): numbers only.
-
-Images per rank are fixed and a training run of ``base_iters`` iterations on one rank takes
-``base_iters / N`` iterations on N ranks, so on per-iteration times T(N):
-
-    speedup     S(N) = N * T(1) / T(N)
-    efficiency  E(N) = S(N) / N = T(1) / T(N)
-    Karp-Flatt  e(N) = (1/S - 1/N) / (1 - 1/N)      (experimentally determined serial fraction)
-"""
-from __future__ import annotations
-
-import math
-
-
-def speedup(t1: float, tn: float, n: int) -> float:
-    return n * t1 / tn
-
-
-def efficiency(t1: float, tn: float) -> float:
-    return t1 / tn
-
-
-def karp_flatt(s: float, n: int) -> float:
-    """NaN at N = 1, where the serial fraction is undefined."""
-    if n <= 1:
-        return math.nan
-    return (1 / s - 1 / n) / (1 - 1 / n)
-
-
-def efficiency_from_speedup(s: float, n: int) -> float:
-    return s / n
-
-
-def projected_training_s(iter_s: float, n: int, base_iters: int) -> float:
-    """Projection of a whole weak-scaling run: base_iters / N iterations of iter_s each."""
-    return iter_s * base_iters / n
+"""Kept importable for asv history: ``benchmarks/bench_ddp.py`` (run from the working tree
+against older commits too) imports ``swinkit.scaling``; the arithmetic lives in
+:mod:`swinkit.attribution.scaling`."""
+from swinkit.attribution.scaling import efficiency, karp_flatt, speedup  # noqa: F401

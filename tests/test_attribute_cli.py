@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swinkit.attribution import COMPONENTS
+from swinkit.attribution.loss_split import COMPONENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",

@@ -3,12 +3,13 @@ import math
 
 import pytest
 
-from swinkit import scaling
-from swinkit.analysis import analyse
-from swinkit.attribution import COMPONENTS, Measured, loader_headroom, scaling_rows, split_loss
-from swinkit.attribution_inputs import Inputs
-from swinkit.prediction import Isolated, predict, prediction_error
-from swinkit.thesis import THESIS_SPEEDUPS
+from swinkit.attribution import scaling
+from swinkit.attribution.analysis import analyse
+from swinkit.attribution.headroom import loader_headroom
+from swinkit.attribution.loss_split import COMPONENTS, Measured, scaling_rows, split_loss
+from swinkit.attribution.inputs import Inputs
+from swinkit.attribution.prediction import Isolated, predict, prediction_error
+from swinkit.attribution.thesis import THESIS_SPEEDUPS
 
 
 def _m(ws, **phases):

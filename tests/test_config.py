@@ -32,9 +32,9 @@ def test_cpu_runs_replace_syncbn_by_bn(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"images_per_rank": 0}, "images_per_rank must be a positive integer, got 0"),
+    ({"images_per_rank": 0}, "images_per_rank must be an integer >= 1, got 0"),
     ({"images_per_rank": -2}, "images_per_rank"),
-    ({"crop_size": (0, 64)}, "crop_size must be a positive integer"),
+    ({"crop_size": (0, 64)}, "crop_size must be an integer >= 1"),
     ({"crop_size": (60, 64)}, r"crop_size \(60, 64\) cannot be taken by the model"),
     ({"crop_size": (16, 16)}, "at least 32"),
     ({"loader_workers": -1}, "loader_workers"),

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from swinkit.attribution import Measured, split_loss
+from swinkit.attribution.loss_split import Measured, split_loss
 from swinkit.cli import main
-from swinkit.workloads.ddp import PHASES
+from swinkit.measure.phases import PHASES
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 from swinkit.workloads.inject import Injection, parse_injection
 
@@ -107,7 +107,7 @@ def test_inject_spec_parses():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--world-size", "0"], "world_size must be a positive int, got 0"),
+    (["--world-size", "0"], "world_size must be an integer >= 1, got 0"),
     (["--workers", "-1"], "workers must be an integer >= 0, got -1"),
     (["--inject", "ranks=5"], "--inject ranks [5] do not exist at world size 2"),
     (["--backend", "nccl"], "nccl needs CUDA"),

@@ -1,7 +1,7 @@
 """Root-cause rules on hand-made run folders (the launch tests exercise them for real)."""
 import json
 
-from swinkit.diagnose import diagnose
+from swinkit.dist.diagnose import diagnose
 
 
 def _write(run_dir, name, data):

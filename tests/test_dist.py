@@ -12,7 +12,6 @@ Rows covered here (each on 2 gloo ranks, each followed by an orphan check):
  15 leftovers          test_atomic.py (stale lock taken over, live lock respected)
 """
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -101,7 +100,7 @@ def test_default_port_is_free():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(world_size=0), "world_size must be a positive int, got 0"),
+    (dict(world_size=0), "world_size must be an integer >= 1, got 0"),
     (dict(world_size=-1), "world_size"),
     (dict(world_size="2"), "world_size"),
     (dict(world_size=2, nnodes=2, node_rank=2, rdzv_endpoint="h:1"), "node_rank must be in 0..1"),
@@ -126,7 +125,7 @@ def test_validation_holds_under_python_O(tmp_path):
                            "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
-    assert "world_size must be a positive int, got 0" in proc.stderr
+    assert "world_size must be an integer >= 1, got 0" in proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 

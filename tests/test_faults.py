@@ -35,11 +35,8 @@ Row -> tests (module::test):
  asv: a crashing benchmark is recorded as failed, the next still runs
                              test_faults::test_asv_records_a_crashing_benchmark_as_failed
 """
-import json
 import math
 import os
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -215,9 +212,9 @@ def test_spread_flags_unstable_and_too_few():
 
 
 def test_attribution_flags_unstable_runs():
-    from swinkit.analysis import analyse
-    from swinkit.attribution import COMPONENTS, Measured
-    from swinkit.attribution_inputs import Inputs
+    from swinkit.attribution.analysis import analyse
+    from swinkit.attribution.loss_split import COMPONENTS, Measured
+    from swinkit.attribution.inputs import Inputs
     comps = {c: 0.1 for c in COMPONENTS}
     r = analyse(Inputs({1: Measured(1, 0.6, comps, iter_iqr_ratio=0.25, samples=5),
                         2: Measured(2, 0.7, dict(comps, exposed_comm=0.2), 0.02, 10)}))

@@ -48,11 +48,13 @@ def _world_sizes(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    from swinkit.analysis import analyse
-    from swinkit.attribution_inputs import InputError, from_asv, from_run
+    from swinkit.attribution.analysis import analyse
+    from swinkit.attribution.inputs import InputError, from_asv
+    from swinkit.workloads.attribution_run import from_run
     from swinkit.dist import LaunchError
-    from swinkit.measure.atomic import write_json_atomic
-    from swinkit.report_attribution import text_report, write_html
+    from swinkit.files import write_json_atomic
+    from swinkit.report.page import write_html
+    from swinkit.report.text import text_report
     from swinkit.workloads.inject import parse_injection
 
     try:

@@ -6,7 +6,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 
 from swinkit.workloads.ddp_run import DDPRunSpec
 from swinkit.workloads.overhead import instrumentation_overhead
@@ -31,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare {result['bare_median_s']:.4f} s, instrumented {result['instrumented_median_s']:.4f} s"
           f" per iteration: instrumentation costs {100 * result['overhead']:+.2f} %")
     if args.json:
-        from swinkit.measure.atomic import write_json_atomic
+        from swinkit.files import write_json_atomic
         write_json_atomic(args.json, result)
     return 0
 

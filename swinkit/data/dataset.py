@@ -15,7 +15,9 @@ import numpy as np
 from mmseg.datasets import ADE20KDataset
 from mmseg.registry import DATASETS
 
+from swinkit.checks import check_int
 from swinkit.data.errors import CorruptSampleError
+from swinkit.faults import LOADER_KINDS, current_fault
 
 
 def check_decoded(index: int, img_path: str, seg_path: str, img, seg) -> None:
@@ -45,10 +47,7 @@ class CheckedADE20KDataset(ADE20KDataset):
     """
 
     def __init__(self, *args, skip_bad_samples: int = 0, **kwargs):
-        if isinstance(skip_bad_samples, bool) or not isinstance(skip_bad_samples, int) \
-                or skip_bad_samples < 0:
-            raise ValueError(f"skip_bad_samples must be an integer >= 0, got {skip_bad_samples!r}")
-        self.skip_bad_samples = skip_bad_samples
+        self.skip_bad_samples = check_int("skip_bad_samples", skip_bad_samples, 0)
         super().__init__(*args, **kwargs)
 
     def __getitem__(self, idx: int):
@@ -102,16 +101,15 @@ class CheckedADE20KDataset(ADE20KDataset):
 
 
 def _maybe_fault(idx: int) -> None:
-    """Loader faults for tests, through the project's one switch ($SWINKIT_FAULT):
-    ``loader_kill:K`` / ``loader_stall:K`` make the worker that loads sample K die / hang."""
-    spec = os.environ.get("SWINKIT_FAULT", "")
-    if not spec.startswith("loader_"):
+    """Loader faults for tests (:mod:`swinkit.faults`): ``loader_kill:K`` / ``loader_stall:K``
+    make the worker that loads sample K die / hang."""
+    fault = current_fault()
+    if fault is None or fault.kind not in LOADER_KINDS or fault.sample != idx:
         return
-    kind, _, at = spec.partition(":")
     from torch.utils.data import get_worker_info
-    if get_worker_info() is None or str(idx) != at:
+    if get_worker_info() is None:
         return
-    if kind == "loader_kill":
+    if fault.kind == "loader_kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif kind == "loader_stall":
+    else:
         time.sleep(3600)

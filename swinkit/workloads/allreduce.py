@@ -9,15 +9,17 @@ preset's own DDP buckets (what the measured DDP iteration reduces), for the pred
 Per sample the time is the slowest rank's (a collective is done when its last rank is), after a
 barrier. Bandwidths follow nccl-tests: algbw = bytes / t, busbw = algbw * 2 (N - 1) / N. After
 timing, a correctness check reduces known values and fails the benchmark with the count of wrong
-elements (``$SWINKIT_FAULT=corrupt_allreduce:RANKS`` corrupts one rank's result, for testing).
+elements (``$SWINKIT_FAULT=corrupt_allreduce:RANKS`` makes those ranks send corrupted values into
+the check's reduction, as a faulty link would, so every rank receives wrong elements).
 """
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 import torch.distributed as dist
+
+from swinkit.faults import current_fault
 
 LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -94,15 +96,22 @@ def _timed(tensors: list[torch.Tensor], device, reps: int = 3) -> float:
     return float(local)
 
 
+CORRUPT_EVERY = 97  # the corrupt_allreduce fault perturbs every 97th element a rank sends
+
+
 def check_reduction(tensors: list[torch.Tensor], rank: int, world: int, corrupt: bool = False) -> int:
-    """Reduce rank-dependent small integers (exact in bf16 too); return the wrong-element count."""
+    """Reduce rank-dependent small integers (exact in bf16 too); return the wrong-element count.
+
+    Rank r sends ``(i % 7) * (r + 1)`` at element i, so the sum is ``(i % 7) * N (N + 1) / 2``,
+    computed here without any collective. ``corrupt`` adds 1 to every CORRUPT_EVERY-th element
+    this rank sends (the fault switch's stand-in for a link that flips bits)."""
     wrong = 0
     for t in tensors:
         pattern = (torch.arange(t.numel(), device=t.device) % 7).to(t.dtype)
         t.copy_(pattern * (rank + 1))
-        dist.all_reduce(t)
         if corrupt:
-            t[:: max(t.numel() // 3, 1)] += 1
+            t[::CORRUPT_EVERY] += 1
+        dist.all_reduce(t)
         expected = pattern * (world * (world + 1) // 2)
         wrong += int((t != expected).sum())
     return wrong
@@ -115,8 +124,8 @@ def allreduce_rank(rank, samples: int = 7, warmup: int = 2, layouts=LAYOUTS, dty
     ``sizes`` replaces the thesis model's layouts (element counts per tensor), for tests."""
     device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
     sizes = sizes or gradient_layouts(device, preset)
-    fault = os.environ.get("SWINKIT_FAULT", "")
-    corrupt = fault.startswith("corrupt_allreduce") and str(rank.rank) in fault.split(":")[-1].split(",")
+    fault = current_fault()
+    corrupt = bool(fault and fault.kind == "corrupt_allreduce" and fault.on_rank(rank.rank))
     out = {"rank": rank.rank, "sizes": sizes, "times": {}, "wrong": {}}
     for step, (layout, dname) in enumerate((l, d) for l in layouts for d in dtypes):
         rank.heartbeat(step)

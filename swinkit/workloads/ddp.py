@@ -22,12 +22,12 @@ from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
 from swinkit.measure.ddp_timing import BucketClock, DDPStats, timed_allreduce_hook
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
-from swinkit.measure.timers import PhaseClock
+from swinkit.measure.clocks import PhaseClock
+from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.workloads.errors import out_of_memory_named
 from swinkit.workloads.inject import Injection, add_compute_delay, add_data_delay
 
-PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
 
 
 def _setup(rank, preset, data_root, overrides, device, workers, injection, seed):

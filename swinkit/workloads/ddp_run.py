@@ -12,7 +12,7 @@ from swinkit.config import load_config
 from swinkit.data.loader import ensure_data
 from swinkit.dist import LaunchConfig, launch
 from swinkit.measure.aggregate import aggregate_phases, cross_check
-from swinkit.workloads.ddp import PHASES
+from swinkit.measure.phases import PHASES
 from swinkit.workloads.inject import Injection
 
 ENTRY = "swinkit.workloads.ddp:ddp_rank"

@@ -5,12 +5,9 @@ and on failure an error record (``error-rank{r}.json``: exception, traceback, wh
 communication error, i.e. a symptom of another rank's failure). Rank 0 gathers every rank's
 return value and writes ``result.json`` atomically.
 
-Faults for testing are injected through one switch, ``$SWINKIT_FAULT`` = ``KIND:RANKS[:STEP]``
-(KIND one of kill, raise, hang, spin, nojoin, oom; RANKS like ``1`` or ``0,1`` or ``all``; STEP
-the step at which to act, default 2), read by :class:`Rank` at the named step. ``oom`` caps the
-rank's address space just above what it uses, so its next large allocation fails. The data
-layer reads ``loader_kill:K`` / ``loader_stall:K``, the all-reduce benchmark
-``corrupt_allreduce:RANKS``.
+Faults for testing come through one switch, ``$SWINKIT_FAULT`` (parsed by :mod:`swinkit.faults`);
+the rank kinds act in :meth:`Rank.heartbeat` at the named step. ``oom`` caps the rank's address
+space just above what it uses, so its next large allocation fails.
 """
 from __future__ import annotations
 
@@ -24,7 +21,8 @@ import warnings
 from datetime import timedelta
 from pathlib import Path
 
-from swinkit.measure.atomic import write_json_atomic
+from swinkit.faults import FAULT_ENV, RANK_KINDS, current_fault
+from swinkit.files import write_json_atomic
 
 COMM_ERROR_HINTS = ("connection closed", "connection reset", "timed out", "timeout", "gloo",
                     "nccl", "broken pipe", "socket", "store", "barrier", "peer")
@@ -44,7 +42,8 @@ class Rank:
 
     def __init__(self, run_dir: Path, rank: int, world_size: int, local_rank: int):
         self.run_dir, self.rank, self.world_size, self.local_rank = run_dir, rank, world_size, local_rank
-        self._fault = _parse_fault(os.environ.get("SWINKIT_FAULT", ""), rank)
+        fault = current_fault()
+        self.fault = fault if fault and fault.kind in RANK_KINDS and fault.on_rank(rank) else None
 
     def heartbeat(self, step: int, stage: str = "step") -> None:
         """Record progress (outside measured regions: it writes a small file). Steps < 0 are
@@ -54,25 +53,15 @@ class Rank:
         tmp.write_text(json.dumps({"rank": self.rank, "step": step, "stage": stage,
                                    "time": time.time()}))
         os.replace(tmp, path)
-        if self._fault and stage == "step" and step == self._fault[1]:
-            _act(self._fault[0], self.rank)
-
-
-def _parse_fault(spec: str, rank: int):
-    if not spec:
-        return None
-    parts = spec.split(":")
-    kind, ranks = parts[0], parts[1] if len(parts) > 1 else "all"
-    step = int(parts[2]) if len(parts) > 2 else 2
-    chosen = ranks == "all" or str(rank) in ranks.split(",")
-    return (kind, step) if chosen else None
+        if self.fault and stage == "step" and step == self.fault.step:
+            _act(self.fault.kind, self.rank)
 
 
 def _act(kind: str, rank: int) -> None:
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "raise":
-        raise RuntimeError(f"injected failure on rank {rank} ({os.environ.get('SWINKIT_FAULT')})")
+        raise RuntimeError(f"injected failure on rank {rank} ({os.environ.get(FAULT_ENV)})")
     elif kind == "hang":
         while True:
             time.sleep(1)
@@ -102,7 +91,7 @@ def rank_main(run_dir: str):
     handle = Rank(run_dir, rank, world, int(os.environ.get("LOCAL_RANK", 0)))
     torch.set_num_threads(spec["threads_per_rank"])
     try:
-        if handle._fault and handle._fault[0] == "nojoin":
+        if handle.fault and handle.fault.kind == "nojoin":
             _act("hang", rank)
         handle.heartbeat(-1, "starting")  # reached the rendezvous: "never joined" is told apart
         backend = job["backend"]

@@ -1,4 +1,6 @@
-"""Write files so readers see the old or the new content, never a truncated one."""
+"""Result files that readers see whole (old or new, never truncated), and run locks.
+
+Not measurement: every layer that writes results (ranks, CLIs, reports, the asv glue) uses these."""
 from __future__ import annotations
 
 import json

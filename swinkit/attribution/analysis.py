@@ -1,11 +1,12 @@
 """The attribution report as data (the JSON schema tools/attribute.py writes)."""
 from __future__ import annotations
 
-from swinkit.attribution import loader_headroom, scaling_rows, split_loss, table3_projection
-from swinkit.attribution_inputs import Inputs
-from swinkit.prediction import predict, prediction_error
-from swinkit.recommend import recommend
-from swinkit.thesis import THESIS_BASE_ITERS, THESIS_SPEEDUPS
+from swinkit.attribution.headroom import loader_headroom
+from swinkit.attribution.inputs import Inputs
+from swinkit.attribution.loss_split import scaling_rows, split_loss
+from swinkit.attribution.prediction import predict, prediction_error
+from swinkit.attribution.recommend import recommend
+from swinkit.attribution.thesis import THESIS_BASE_ITERS, THESIS_SPEEDUPS, table3_projection
 
 
 def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:

@@ -1,7 +1,7 @@
-"""Rendering of measured results (tables); numbers are computed elsewhere."""
+"""One DDP run as a terminal table; numbers are computed elsewhere."""
 from __future__ import annotations
 
-from swinkit.workloads.ddp import PHASES
+from swinkit.measure.phases import PHASES
 
 
 def ddp_table(result: dict) -> str:

@@ -6,13 +6,13 @@ Three processes deep, each with one job:
   anything starts, writes ``job.json`` into a run folder, starts the agent in a new session,
   enforces a wall-clock watchdog and Ctrl-C by killing that whole session's process group, and
   reads back results, error records and heartbeats to name the rank that failed first;
-* the **agent** (``python -m swinkit.dist_agent RUN_DIR``) runs torch's ``elastic_launch``
+* the **agent** (``python -m swinkit.dist.agent RUN_DIR``) runs torch's ``elastic_launch``
   (c10d rendezvous, the same engine as ``torchrun``) for this node's ranks;
-* each **rank** (:func:`swinkit.dist_rank.rank_main`) initialises the process group with a short
+* each **rank** (:func:`swinkit.dist.rank.rank_main`) initialises the process group with a short
   timeout, runs the workload entry point, and leaves a result or an error record.
 
 Why a separate agent process: asv's timeout restarts whenever a benchmark prints, and torchrun
-notices ranks that exit, not ranks that hang (RELIABILITY.md); killing one process group is the
+notices ranks that exit, not ranks that hang (and then blames the survivor); killing one process group is the
 only way to stop everything — agent, ranks, their loader workers — on every exit path.
 
 Multi-node runs start the same entry point on every node (``--nnodes``, ``--node-rank``,
@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swinkit.diagnose import Diagnosis, diagnose
-from swinkit.measure.atomic import write_json_atomic
+from swinkit.checks import check_int, check_positive_number
+from swinkit.dist.diagnose import Diagnosis, diagnose
+from swinkit.faults import FAULT_ENV, parse_fault
+from swinkit.files import write_json_atomic
 
 KILL_GRACE_S = 5.0
-FAULT_ENV = "SWINKIT_FAULT"
 
 
 class LaunchError(RuntimeError):
@@ -81,16 +82,11 @@ class LaunchConfig:
         return "nccl" if torch.cuda.is_available() else "gloo"
 
     def validate(self) -> "LaunchConfig":
-        def positive(name: str, value: Any, kind=int) -> None:
-            if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-                raise ValueError(f"{name} must be a positive {kind.__name__}, got {value!r}")
-
-        positive("world_size", self.world_size)
-        positive("nnodes", self.nnodes)
-        positive("threads_per_rank", self.threads_per_rank)
+        check_int("world_size", self.world_size)
+        check_int("nnodes", self.nnodes)
+        check_int("threads_per_rank", self.threads_per_rank)
         for name in ("pg_timeout_s", "join_timeout_s", "wall_timeout_s"):
-            positive(name, float(getattr(self, name)) if isinstance(getattr(self, name), int)
-                     else getattr(self, name), float)
+            check_positive_number(name, getattr(self, name))
         if not isinstance(self.node_rank, int) or not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"node_rank must be in 0..{self.nnodes - 1}, got {self.node_rank!r}")
         if self.backend not in ("auto", "gloo", "nccl"):
@@ -162,6 +158,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
         KeyboardInterrupt: after every process of the run has been stopped.
     """
     cfg.validate()
+    parse_fault((env or {}).get(FAULT_ENV, os.environ.get(FAULT_ENV)))  # malformed: fail here
     if cfg.rdzv_endpoint and cfg.nnodes == 1:
         check_port_free(cfg.rdzv_endpoint)
     run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="swinkit-run-"))
@@ -171,7 +168,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     write_json_atomic(run_dir / "job.json", job)
     # Marks every process of this run (agent, ranks, loader workers) so leftovers can be found.
     child_env = dict(os.environ, **(env or {}), SWINKIT_RUN_DIR=str(run_dir))
-    cmd = [sys.executable, "-m", "swinkit.dist_agent", str(run_dir)]
+    cmd = [sys.executable, "-m", "swinkit.dist.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
     agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out, stderr=out)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from swinkit import scaling
+from swinkit.attribution import scaling
+from swinkit.measure.phases import PHASES
 
-COMPONENTS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
+COMPONENTS = PHASES
 
 
 @dataclass
@@ -69,29 +70,3 @@ def scaling_rows(measured: dict[int, Measured]) -> list[dict]:
                 row["loss"] = split_loss(base, m)
         rows.append(row)
     return rows
-
-
-def loader_headroom(supply_per_rank: dict[int, float], demand_per_rank: dict[int, float]) -> dict:
-    """Supply / demand per world size, and the first world size at which loading binds.
-
-    Beyond the measured world sizes the machine's loaders are assumed to supply no more in
-    total than the most they did (the cores are shared), while demand grows with every rank:
-    a projection, labelled as such.
-    """
-    rows = {ws: {"supply": supply_per_rank[ws], "demand": demand_per_rank[ws],
-                 "headroom": supply_per_rank[ws] / demand_per_rank[ws]}
-            for ws in sorted(set(supply_per_rank) & set(demand_per_rank))}
-    binding = next((ws for ws, r in rows.items() if r["headroom"] < 1), None)
-    projected = None
-    if binding is None and rows:
-        total_supply = max(ws * supply_per_rank[ws] for ws in rows)
-        demand = demand_per_rank[max(rows)]
-        projected = math.floor(total_supply / demand) + 1
-    return {"per_world_size": rows, "binds_at_world_size": binding,
-            "projected_binding_world_size": projected}
-
-
-def table3_projection(measured: dict[int, Measured], base_iters: int) -> dict[int, float]:
-    """Projected hours for the thesis's weak-scaling run (base_iters / N iterations)."""
-    return {ws: scaling.projected_training_s(m.iter_s, ws, base_iters) / 3600
-            for ws, m in measured.items()}

@@ -1,7 +1,7 @@
 """Name the rank that failed first, from the records a run leaves in its folder.
 
 Exit codes alone cannot do it: a survivor's code after a peer died varies (3, or -6 from an
-abort), and torchrun blames the survivor of a hang (RELIABILITY.md). The evidence, in order of
+abort), and torchrun blames the survivor of a hang. The evidence, in order of
 trust:
 
 1. a rank killed by a signal that left no error record (it could not write one): SIGKILL, OOM;

@@ -1,5 +1,6 @@
 """Predict the DDP iteration time from the isolated component benchmarks alone (an oracle in
-the sense of Kahira et al., shared/seeds/oracle-hybrid-parallel-cnn-abstract.txt).
+the sense of Kahira et al., "An Oracle for Guiding Large-Scale Model/Hybrid Parallel Training
+of Convolutional Neural Networks", HPDC 2021).
 
     T_pred(N) = data_stall(N) + forward + backward + exposed_comm(N) + optimizer
 

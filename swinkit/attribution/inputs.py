@@ -1,19 +1,21 @@
-"""Measurements for the attribution: from asv's stored results, or from a fresh sweep.
+"""Measurements for the attribution, read from asv's stored results.
 
-Both paths give the same thing: per world size a :class:`~swinkit.attribution.Measured` DDP
-iteration and the :class:`~swinkit.prediction.Isolated` component costs, plus metadata.
-Corrupt or partial asv result files are skipped and named, never fatal.
+:class:`Inputs` holds per world size a :class:`~swinkit.attribution.loss_split.Measured` DDP
+iteration and the :class:`~swinkit.attribution.prediction.Isolated` component costs, plus
+metadata; :func:`from_asv` fills it from a results folder (a fresh sweep fills the same thing:
+``swinkit.workloads.attribution_run``). Corrupt or partial asv result files are skipped and
+named, never fatal.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swinkit.attribution import COMPONENTS, Measured
-from swinkit.prediction import Isolated
+from swinkit.attribution import asv_names as names
+from swinkit.attribution.loss_split import COMPONENTS, Measured
+from swinkit.attribution.prediction import Isolated
 
 
 class InputError(ValueError):
@@ -28,8 +30,6 @@ class Inputs:
     skipped_files: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
-
-# ---------------------------------------------------------------- from asv results
 
 def _load_results(results_dir: Path, machine: str | None, commit: str | None):
     """(machine, commit, data, skipped) of the chosen results file."""
@@ -52,7 +52,7 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
                 continue
             if commit and not data["commit_hash"].startswith(commit):
                 continue
-            if "bench_ddp.Phase.track_mean_seconds" in data["results"]:
+            if names.DDP_PHASE_MEAN in data["results"]:
                 candidates.append((data.get("date", 0), m, data))
     if not candidates:
         what = f"commit {commit}" if commit else "any commit"
@@ -83,9 +83,9 @@ def _table(data: dict, name: str) -> dict[tuple, dict]:
 
 def from_asv(results_dir: Path, machine: str | None = None, commit: str | None = None) -> Inputs:
     machine, commit, data, skipped = _load_results(Path(results_dir), machine, commit)
-    phases = _table(data, "bench_ddp.Phase.track_mean_seconds")
-    means = _table(data, "bench_ddp.Iteration.track_mean_iteration")
-    iters = _table(data, "bench_ddp.Iteration.track_iteration")  # samples: the spread
+    phases = _table(data, names.DDP_PHASE_MEAN)
+    means = _table(data, names.DDP_ITERATION_MEAN)
+    iters = _table(data, names.DDP_ITERATION)  # samples: the spread
     measured = {}
     for (ws,), mean in means.items():
         comps = {c: phases[(ws, c)]["value"] for c in COMPONENTS if (ws, c) in phases}
@@ -106,20 +106,19 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
 
 def _environment(results_dir: Path, machine: str, commit: str) -> dict:
     """tools/suite.py's record of the run (preset, backend, versions); {} if absent/unreadable."""
-    from swinkit.asv_suite import environment_path
     try:
-        return json.loads(environment_path(results_dir, machine, commit).read_text())
+        return json.loads(names.environment_path(results_dir, machine, commit).read_text())
     except (OSError, ValueError):
         return {}
 
 
 def _isolated_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, Isolated]:
-    model = _table(data, "bench_model.ForwardBackward.track_time")
-    supply = _table(data, "bench_data.Loader.track_images_per_s_per_rank")
-    comm = _table(data, "bench_comm.AllReduce.track_time")
-    meta = _table(data, "bench_ddp.Iteration.track_last_bucket_fraction")
-    layout = _table(data, "bench_ddp.Iteration.track_loader_workers")
-    images = _table(data, "bench_ddp.Iteration.track_images_per_rank")
+    model = _table(data, names.MODEL_TIME)
+    supply = _table(data, names.LOADER_SUPPLY)
+    comm = _table(data, names.ALLREDUCE_TIME)
+    meta = _table(data, names.DDP_LAST_BUCKET_FRACTION)
+    layout = _table(data, names.DDP_LOADER_WORKERS)
+    images = _table(data, names.DDP_IMAGES_PER_RANK)
     out = {}
     for ws in measured:
         key = (str(ws),)
@@ -135,52 +134,3 @@ def _isolated_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, I
         except (StopIteration, KeyError):
             continue  # that component was not measured at this world size: no prediction
     return out
-
-
-# ---------------------------------------------------------------- from a fresh sweep
-
-def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: int = 3,
-             progress=print) -> Inputs:
-    """Measure now: the DDP iteration per world size, and each component in isolation."""
-    from swinkit.dist import LaunchConfig, launch
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-    from swinkit.workloads.forward_backward import measure_isolated
-    from swinkit.workloads.inject import Injection
-    from swinkit.workloads.sweep import oversubscribe_allowed
-
-    injection = injection or Injection()
-    measured, isolated, extra = {}, {}, {}
-    compute = None
-    for ws in world_sizes:
-        lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
-        progress(f"[world size {ws}] DDP iteration ({warmup} + {iters} iterations)")
-        r = run_ddp(DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
-                               injection=injection, launch=lc), progress=progress)
-        stats = r["iteration_stats"]["0"]
-        measured[ws] = Measured(ws, r["iter_mean_s"], dict(r["phases_mean_s"]), stats["iqr_ratio"],
-                                stats["n"], extra={"straggler": r["straggler"],
-                                                   "skew_s": r["skew_s"]})
-        extra[ws] = {"backend": r["backend"], "device": r["device"]}
-        if compute is None:
-            progress("[isolated] forward/backward of the segmentor in one process")
-            compute = measure_isolated(preset, r["images_per_rank"], samples=5)["results"]
-        progress(f"[world size {ws}] loader supply with {r['loader_workers']} workers per rank")
-        supply = launch("swinkit.workloads.loader_throughput:loader_rank",
-                        dict(preset=preset, data_root=None, workers=r["loader_workers"],
-                             batches=10), lc, quiet=True).result["ranks"]
-        progress(f"[world size {ws}] all-reduce of the preset's {len(r['bucket_sizes_bytes'])} DDP buckets")
-        elems = [b // 4 for b in r["bucket_sizes_bytes"]]
-        comm = launch("swinkit.workloads.allreduce:allreduce_rank",
-                      dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
-                           sizes={"preset_buckets": elems, "segmentor_flat": [sum(elems)]}),
-                      lc, quiet=True).result["ranks"][0]
-        med = lambda op: statistics.median(compute[f"segmentor/{op}"]["seconds"])  # noqa: E731
-        isolated[ws] = Isolated(
-            ws, med("forward"), med("forward_backward"), med("optimizer"), r["images_per_rank"],
-            r["loader_workers"], statistics.median(s["images_per_s"] for s in supply),
-            statistics.median(comm["times"]["preset_buckets/fp32"]),
-            r["bucket_sizes_bytes"][-1] / sum(r["bucket_sizes_bytes"]))
-    backend = extra[min(extra)]["backend"] if extra else None
-    return Inputs(measured, isolated, meta={"commit": None, "machine": None, "source": "run",
-                                            "preset": preset, "backend": backend,
-                                            "injection": injection.to_dict()}, extra=extra)

@@ -1,0 +1,12 @@
+"""Where the scaling goes, as numbers: no launching, no rendering, no torch.
+
+    scaling.py      speedup, efficiency, Karp-Flatt serial fraction
+    loss_split.py   per-world-size rows and the split of lost time over components
+    headroom.py     loader supply vs model demand
+    prediction.py   the iteration predicted from isolated components (the oracle)
+    recommend.py    advice ranked by the efficiency it could recover
+    thesis.py       the thesis's published figures and its Table 3 projection
+    inputs.py       measurements read from asv's stored results
+    asv_names.py    the benchmark ids read here (checked against benchmarks/ by a test)
+    analysis.py     the report as data: everything above for one set of inputs
+"""

@@ -1,0 +1,27 @@
+"""The asv benchmark ids the attribution reads, and where the suite's environment record lives.
+
+One place, so a renamed benchmark fails a test (``tests/test_benchmarks.py`` checks every id here
+against the classes in ``benchmarks/``) instead of silently emptying the report.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+DDP_PHASE_MEAN = "bench_ddp.Phase.track_mean_seconds"
+DDP_ITERATION_MEAN = "bench_ddp.Iteration.track_mean_iteration"
+DDP_ITERATION = "bench_ddp.Iteration.track_iteration"
+DDP_LAST_BUCKET_FRACTION = "bench_ddp.Iteration.track_last_bucket_fraction"
+DDP_LOADER_WORKERS = "bench_ddp.Iteration.track_loader_workers"
+DDP_IMAGES_PER_RANK = "bench_ddp.Iteration.track_images_per_rank"
+MODEL_TIME = "bench_model.ForwardBackward.track_time"
+LOADER_SUPPLY = "bench_data.Loader.track_images_per_s_per_rank"
+ALLREDUCE_TIME = "bench_comm.AllReduce.track_time"
+
+ALL = tuple(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
+            and v.startswith("bench_"))
+
+
+def environment_path(results_dir: Path, machine: str, commit: str) -> Path:
+    """The suite's environment record of (machine, commit): beside asv's results folder (asv
+    expects that folder to hold only its own files)."""
+    return Path(results_dir).parent / "swinkit-environment" / machine / f"{commit[:8]}.json"

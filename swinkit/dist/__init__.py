@@ -1,0 +1,12 @@
+"""Launching ranks on torch.distributed's elastic engine, and naming the one that failed.
+
+    launch.py    the supervisor: validate, start the agent in its own session, watchdog, stop
+    agent.py     ``python -m swinkit.dist.agent RUN_DIR``: torch's ``elastic_launch`` per node
+    rank.py      what every rank runs: process group, workload entry point, heartbeats, errors
+    diagnose.py  root cause from the records a run leaves (killed, raised, hung, never joined)
+
+Knows nothing of the workload: entry points are "module:function" strings.
+"""
+from swinkit.dist.launch import LaunchConfig, LaunchError, RunResult, free_port, launch
+
+__all__ = ["LaunchConfig", "LaunchError", "RunResult", "free_port", "launch"]

@@ -1,0 +1,232 @@
+"""One timeline per rank on a clock comparable across ranks: phase boundaries and collectives.
+
+What a rank records per iteration (:class:`IterationRecord`):
+
+* ``marks``: the phase boundaries, ``start`` then one mark closing each phase of
+  :data:`swinkit.measure.phases.PHASES`, so phases add up to the iteration by construction;
+* ``collectives``: every collective the rank entered, with its ``arrive`` and ``done`` times
+  (and for gradient buckets the ``ready`` time the bucket was handed over). ``blocking``
+  collectives hold the rank until they finish (DDP's buffer broadcast, SyncBN, the final
+  gradient synchronisation); the others run beside compute (earlier gradient buckets).
+
+Clocks (:class:`HostClock`, :class:`CudaClock`, :class:`NullClock`) share one interface: ``now()``
+returns a mark, ``seconds(mark)`` turns it into seconds on the host's ``perf_counter`` after the
+run. ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock for every process of a Linux host, so on
+one node the ranks' timelines are comparable as recorded. On GPU a mark is a CUDA event recorded
+into the stream (nothing synchronises inside the step); events are mapped to host seconds
+through one reference event taken at start-up with the device idle. Across nodes,
+:func:`estimate_clock_offsets` measures each rank's offset from rank 0 by ping-pong and the
+error bound is kept with the timeline.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from swinkit.measure.phases import PHASES
+
+
+class HostClock:
+    """perf_counter marks (CPU ranks)."""
+    name = "perf_counter"
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def seconds(self, mark: float) -> float:
+        return mark
+
+    def finish(self) -> None:
+        """Nothing is in flight on the host."""
+
+
+class CudaClock:
+    """CUDA-event marks on the current stream, read after the run (no sync inside the step)."""
+    name = "cuda_events"
+
+    def __init__(self):
+        import torch
+        self._torch = torch
+        torch.cuda.synchronize()
+        self._ref = torch.cuda.Event(enable_timing=True)
+        self._ref.record()
+        torch.cuda.synchronize()
+        self._ref_host = time.perf_counter()  # the reference event completed just before this
+
+    def now(self):
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, mark) -> float:
+        return self._ref_host + self._ref.elapsed_time(mark) / 1e3
+
+    def finish(self) -> None:
+        self._torch.cuda.synchronize()
+
+
+class NullClock:
+    """The same interface, recording nothing: the bare loop's clock."""
+    name = "none"
+
+    def now(self) -> None:
+        return None
+
+    def seconds(self, mark) -> float:
+        return float("nan")
+
+    def finish(self) -> None:
+        pass
+
+
+def make_clock(cuda: bool, enabled: bool = True):
+    if not enabled:
+        return NullClock()
+    return CudaClock() if cuda else HostClock()
+
+
+@dataclass
+class Collective:
+    """One collective as this rank saw it (marks until :meth:`IterationRecord.resolve`)."""
+    name: str
+    blocking: bool
+    arrive: Any = None
+    done: Any = None
+    ready: Any = None
+    nbytes: int = 0
+
+
+@dataclass
+class IterationRecord:
+    """Marks and collectives of one iteration on one rank."""
+    marks: list[tuple[str, Any]] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+
+    def resolve(self, clock, offset_s: float = 0.0) -> dict:
+        """Plain seconds on rank 0's clock (``offset_s``: this rank's clock minus rank 0's)."""
+        def s(mark):
+            return None if mark is None else clock.seconds(mark) - offset_s
+        return {"marks": {name: s(m) for name, m in self.marks},
+                "collectives": [{"name": c.name, "blocking": c.blocking, "arrive": s(c.arrive),
+                                 "done": s(c.done), "ready": s(c.ready), "bytes": c.nbytes}
+                                for c in self.collectives]}
+
+
+class Timeline:
+    """Records one rank's iterations: ``begin`` starts one (closing the previous one's tail as
+    ``other``), ``mark`` closes a phase, ``collective`` opens a record that hooks fill in."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.iterations: list[IterationRecord] = []
+
+    @property
+    def enabled(self) -> bool:
+        return not isinstance(self.clock, NullClock)
+
+    @property
+    def current(self) -> IterationRecord:
+        return self.iterations[-1]
+
+    def begin(self) -> None:
+        mark = self.clock.now()
+        if self.iterations:
+            self.current.marks.append(("other", mark))
+        self.iterations.append(IterationRecord(marks=[("start", mark)]))
+
+    def mark(self, phase: str, mark=None) -> None:
+        """Close ``phase`` now, or at a mark taken earlier (e.g. by a hook)."""
+        self.current.marks.append((phase, self.clock.now() if mark is None else mark))
+
+    def end(self) -> None:
+        """Close the last iteration's tail."""
+        self.current.marks.append(("other", self.clock.now()))
+
+    def collective(self, name: str, blocking: bool, nbytes: int = 0, **marks) -> Collective:
+        record = Collective(name, blocking, nbytes=nbytes, **marks)
+        self.current.collectives.append(record)
+        return record
+
+    def resolve(self, offset_s: float = 0.0) -> list[dict]:
+        self.clock.finish()
+        return [it.resolve(self.clock, offset_s) for it in self.iterations]
+
+
+def phase_durations(iteration: dict) -> dict[str, float]:
+    """{phase: seconds} from a resolved iteration's marks (consecutive differences)."""
+    marks = iteration["marks"]
+    out, prev = {}, marks["start"]
+    for phase in PHASES:
+        out[phase] = marks[phase] - prev
+        prev = marks[phase]
+    return out
+
+
+# ---------------------------------------------------------------- clocks of several hosts
+
+def estimate_clock_offsets(rank: int, world: int, group=None, rounds: int = 8,
+                           now: Callable[[], float] = time.perf_counter) -> dict:
+    """Each rank's clock offset from rank 0, by ping-pong over a (gloo) process group.
+
+    Rank 0 sends its time t1 to rank r, which answers with its own time t2; rank 0 reads t3 on
+    receipt. Then offset = t2 - (t1 + t3) / 2 with error at most (t3 - t1) / 2 (the answer was
+    taken somewhere inside the round trip); the round with the shortest trip is kept.
+
+    Returns on every rank: ``{"offset_s": [per rank], "error_s": [per rank]}`` (rank 0: 0, 0).
+    """
+    import torch
+    import torch.distributed as dist
+
+    best = torch.zeros(world, 2, dtype=torch.float64)  # offset, error per rank
+    for peer in range(1, world):
+        if rank not in (0, peer):
+            continue
+        trips = []
+        for _ in range(rounds):
+            msg = torch.zeros(1, dtype=torch.float64)
+            if rank == 0:
+                t1 = now()
+                dist.send(msg, peer, group=group)
+                dist.recv(msg, peer, group=group)
+                t3 = now()
+                trips.append((t3 - t1, float(msg) - (t1 + t3) / 2))
+            else:
+                dist.recv(msg, 0, group=group)
+                msg.fill_(now())
+                dist.send(msg, 0, group=group)
+        if rank == 0:
+            trip, offset = min(trips)
+            best[peer] = torch.tensor([offset, trip / 2])
+    dist.broadcast(best, 0, group=group)
+    return {"offset_s": best[:, 0].tolist(), "error_s": best[:, 1].tolist()}
+
+
+def chrome_trace(timelines: dict[int, list[dict]], warmup: int = 0) -> dict:
+    """One Chrome/Perfetto trace (``chrome://tracing``, ui.perfetto.dev): a process per rank,
+    a track of phases and a track of collectives (waits and transfers as separate slices)."""
+    events = []
+    t0 = min(it["marks"]["start"] for tl in timelines.values() for it in tl)
+    us = lambda s: (s - t0) * 1e6  # noqa: E731
+    for rank, iterations in timelines.items():
+        events.append({"ph": "M", "name": "process_name", "pid": rank,
+                       "args": {"name": f"rank {rank}"}})
+        for tid, label in ((0, "phases"), (1, "collectives")):
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                           "args": {"name": label}})
+        for i, it in enumerate(iterations):
+            prev = it["marks"]["start"]
+            for phase in PHASES:
+                end = it["marks"][phase]
+                events.append({"ph": "X", "name": phase, "pid": rank, "tid": 0, "ts": us(prev),
+                               "dur": max(end - prev, 0) * 1e6,
+                               "args": {"iteration": i - warmup, "warmup": i < warmup}})
+                prev = end
+            for c in it["collectives"]:
+                if c["arrive"] is None or c["done"] is None:
+                    continue
+                events.append({"ph": "X", "name": c["name"], "pid": rank, "tid": 1,
+                               "ts": us(c["arrive"]), "dur": max(c["done"] - c["arrive"], 0) * 1e6,
+                               "args": {"bytes": c["bytes"], "blocking": c["blocking"],
+                                        **{k: c[k] for k in ("sync_wait_s", "transfer_s") if k in c}}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
