@@ -1,9 +1,16 @@
-"""The full DDP iteration across world sizes: time, phases, skew, utilisation, scaling."""
+"""The full DDP iteration across world sizes: time, phases, blame, skew, utilisation, scaling."""
+import math
+
 from swinkit import scaling
 from swinkit.workloads.ddp import PHASES
 from swinkit.workloads.ddp_sweep import ddp_sweep
 
 from .common import WORLD_SIZES, preset, samples
+
+# swinkit.measure.phases.BLAME_KEYS, written out: asv runs this file against older commits,
+# whose swinkit has no blame (tests/test_benchmarks.py keeps the two equal).
+BLAME_KEYS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other",
+              "unattributed")
 
 
 class _DDPRun:
@@ -45,6 +52,12 @@ class Iteration(_DDPRun):
         return sweep.get(world_size)["images_per_rank"]
     track_images_per_rank.unit = "images"
 
+    def track_straggler_rank(self, sweep, world_size):
+        """The rank that made the others wait most (NaN: nobody made anybody wait)."""
+        rank = (sweep.get(world_size).get("straggler") or {}).get("rank")
+        return math.nan if rank is None else rank
+    track_straggler_rank.unit = "rank"
+
     def track_cpu_cores_busy_rank0(self, sweep, world_size):
         return sweep.get(world_size)["utilisation"]["0"]["cpu"]["cores_busy"]
     track_cpu_cores_busy_rank0.unit = "cores"
@@ -66,6 +79,28 @@ class Phase(_DDPRun):
     def track_share(self, sweep, world_size, phase):
         return 100 * sweep.get(world_size)["phase_shares"][phase]
     track_share.unit = "%"
+
+
+class Blame(_DDPRun):
+    """Seconds per iteration by cause: each wait at a collective charged to the rank and phase
+    that made it late (the attribution report's components)."""
+    params = [list(WORLD_SIZES), list(BLAME_KEYS)]
+    param_names = ["world_size", "component"]
+
+    def setup(self, sweep, world_size, component):
+        if "blame_s" not in sweep.get(world_size):
+            raise NotImplementedError("this commit's swinkit records no blame")
+
+    def track_seconds(self, sweep, world_size, component):
+        """Median across ranks of per-rank medians (asv's headline statistic)."""
+        return sweep.get(world_size)["blame_s"][component]
+    track_seconds.unit = "s"
+
+    def track_wait_caused(self, sweep, world_size, component):
+        """Seconds per iteration the other ranks waited for a rank late from this component."""
+        caused = sweep.get(world_size).get("wait_caused_s") or {}
+        return sum(by_phase.get(component, 0.0) for by_phase in caused.values())
+    track_wait_caused.unit = "s"
 
 
 class Scaling(_DDPRun):

@@ -76,9 +76,15 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
     p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
-    p.add_argument("--inject", help="known delays: data_ms=F,compute_ms=F,comm_ms=F,ranks=1+2")
+    p.add_argument("--inject", help="known costs: data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,"
+                                    "ranks=1+2 (see README, 'Injecting known costs')")
     p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
     p.add_argument("--trace", help="write torch.profiler traces here, one file per rank")
+    p.add_argument("--timeline", help="write the ranks' timelines here as one Chrome/Perfetto "
+                                      "trace (a track per rank)")
+    p.add_argument("--ddp-timers", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample DDP's reducer timers for the cross-check (default: on CPU only; "
+                        "on GPU they synchronise inside the step)")
     p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     p.add_argument("--threads-per-rank", type=int, default=1)
     p.add_argument("--oversubscribe", action="store_true", help="allow more CPU ranks than cores")
@@ -143,6 +149,7 @@ def _verify_data(args) -> int:
 def _ddp(args) -> int:
     from swinkit.dist import LaunchConfig, LaunchError
     from swinkit.files import RunLock, write_json_atomic
+    from swinkit.measure.timeline import chrome_trace
     from swinkit.report.ddp_table import ddp_table
     from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
     from swinkit.workloads.inject import parse_injection
@@ -156,7 +163,7 @@ def _ddp(args) -> int:
                       warmup=args.warmup, workers=args.workers,
                       injection=parse_injection(args.inject), data_root=args.data_root,
                       overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
-                      launch=launch)
+                      launch=launch, ddp_timers=args.ddp_timers)
     try:
         # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.
         locked = args.json_path and args.nnodes == 1
@@ -164,6 +171,9 @@ def _ddp(args) -> int:
             result = run_ddp(spec, quiet=False)
             if args.json_path and result is not None:
                 write_json_atomic(args.json_path, result)
+            if args.timeline and result is not None and not args.bare:
+                write_json_atomic(args.timeline, chrome_trace(
+                    {r["rank"]: r["timeline"] for r in result["ranks"]}, result["warmup"]))
     except LaunchError as exc:
         print(f"swinkit ddp: FAILED: {exc.diagnosis.summary}", file=sys.stderr)
         if exc.diagnosis.detail:
@@ -175,6 +185,8 @@ def _ddp(args) -> int:
     print(f"median iteration {result['iter_s']:.4f} s (bare loop)" if args.bare else ddp_table(result))
     if args.json_path:
         print(f"result written to {args.json_path}")
+    if args.timeline and not args.bare:
+        print(f"timeline (chrome://tracing, ui.perfetto.dev) written to {args.timeline}")
     return EXIT_OK
 
 

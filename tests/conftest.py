@@ -108,3 +108,23 @@ def asv_result_values(results_dir, name):
              if p.name not in ("machine.json", "benchmarks.json")]
     assert files, f"no asv results under {results_dir}"
     return json.loads(files[0].read_text())["results"][name][0]
+
+
+def other_runnable_processes(samples: int = 20, interval_s: float = 0.01) -> float:
+    """How many processes besides this one want a core right now (median of /proc/stat's
+    procs_running - 1 over a short window); 0 on an idle machine, NaN where unreadable.
+
+    On a loaded machine contention changes what an injected cost adds (a rank that waits frees
+    a core for the others), so tests hold exact amounts only when this is 0."""
+    import statistics
+    import time
+    counts = []
+    for _ in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                line = next(l for l in f if l.startswith("procs_running"))
+        except (OSError, StopIteration):
+            return float("nan")
+        counts.append(int(line.split()[1]) - 1)
+        time.sleep(interval_s)
+    return statistics.median(counts)

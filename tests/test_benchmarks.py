@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import asv_result_values
 
+from swinkit.attribution import asv_names
 from swinkit.dist import LaunchConfig, LaunchError, launch
+from swinkit.measure import phases
 from swinkit.workloads.sweep import Sweep, plan_world_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +46,27 @@ def test_params_and_param_names_agree(name):
             assert getattr(func, "unit", None), f"{name}.{metric} has no unit"
     if any(n == "world_size" for n in cls.param_names):
         assert cls.params[cls.param_names.index("world_size")] == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("benchmark_id", asv_names.ALL)
+def test_every_benchmark_id_the_attribution_reads_exists(benchmark_id):
+    """A renamed benchmark must fail here, not silently empty the report."""
+    module, cls, method = benchmark_id.split(".")
+    assert f"{module}.{cls}" in CLASSES, benchmark_id
+    assert callable(getattr(CLASSES[f"{module}.{cls}"], method, None)), benchmark_id
+
+
+def test_the_ids_module_lists_the_ids_the_attribution_uses():
+    """ALL is built from the module's names; check it holds the ones inputs.py reads."""
+    assert {"bench_ddp.Blame.track_seconds", "bench_ddp.Iteration.track_iteration",
+            "bench_model.ForwardBackward.track_time"} <= set(asv_names.ALL)
+
+
+def test_blame_benchmark_keys_match_swinkit():
+    """bench_ddp writes the blame keys out (older commits lack them): they must stay equal."""
+    from benchmarks.bench_ddp import BLAME_KEYS
+    assert BLAME_KEYS == phases.BLAME_KEYS
+    assert CLASSES["bench_ddp.Blame"].params[1] == list(phases.BLAME_KEYS)
 
 
 def test_setup_skips_and_fails_with_the_reason():

@@ -5,7 +5,8 @@ Examples:
     .venv/bin/python tools/attribute.py --commit 1a2b3c4d --against 5e6f7a8b
     .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 \
         --json a.json --html a.html
-    .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 --inject comm_ms=20
+    .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 \
+        --inject data_ms=40,ranks=1                          # a slow loader on rank 1
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
 2 bad arguments; 3 no usable measurements (the message says which command makes them).
@@ -30,7 +31,12 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="cpu")
     p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
     p.add_argument("--iters", type=int, default=10, help="with --run: measured iterations")
-    p.add_argument("--inject", help="with --run: known delays, e.g. comm_ms=20 (see swinkit ddp)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="with --run: launches per world size, interleaved (default 3): the lost "
+                        "time's noise floor and intervals come from their spread")
+    p.add_argument("--inject", help="with --run: known costs, e.g. data_ms=40,ranks=1 (see "
+                                    "swinkit ddp); a one-rank injection applies only at world "
+                                    "sizes where that rank exists")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--html", help="write an offline HTML report here (PNGs beside it)")
     return p
@@ -60,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.run:
             inputs = from_run(args.preset, _world_sizes(args.world_sizes),
-                              parse_injection(args.inject), iters=args.iters)
+                              parse_injection(args.inject), iters=args.iters,
+                              repeats=args.repeats)
         else:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
         against = from_asv(Path(args.results), args.machine, args.against) if args.against else None

@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                       warmup=args.warmup)
     result = instrumentation_overhead(spec, repeats=args.repeats)
     print(f"bare {result['bare_median_s']:.4f} s, instrumented {result['instrumented_median_s']:.4f} s"
-          f" per iteration: instrumentation costs {100 * result['overhead']:+.2f} %")
+          f" per iteration: instrumentation costs {100 * result['overhead']:+.2f} % (per-pair range "
+          f"{100 * result['overhead_interval'][0]:+.2f} to {100 * result['overhead_interval'][1]:+.2f} %)")
     if args.json:
         from swinkit.files import write_json_atomic
         write_json_atomic(args.json, result)

@@ -5,7 +5,7 @@ from swinkit.attribution.headroom import loader_headroom
 from swinkit.attribution.inputs import Inputs
 from swinkit.attribution.loss_split import scaling_rows, split_loss
 from swinkit.attribution.prediction import predict, prediction_error
-from swinkit.attribution.recommend import recommend
+from swinkit.attribution.recommend import STRAGGLER_SHARE, recommend
 from swinkit.attribution.thesis import THESIS_BASE_ITERS, THESIS_SPEEDUPS, table3_projection
 
 
@@ -17,8 +17,12 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
             row.update(predicted_iter_s=None, prediction_error=None, accuracy_pct=None)
             continue
         pred = predict(iso)
+        per_launch = [prediction_error(pred["predicted_iter_s"], t)["prediction_error"]
+                      for t in row["launch_iter_s"]]
         row.update(predicted_iter_s=pred["predicted_iter_s"],
                    predicted_components_s=pred["components_s"],
+                   prediction_error_interval=[min(per_launch), max(per_launch)]
+                   if len(per_launch) >= 2 else None,
                    **prediction_error(pred["predicted_iter_s"], row["iter_s"]))
     notes = []
     if 1 not in inputs.measured:
@@ -31,10 +35,7 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
     few = [r["world_size"] for r in rows if r["samples"] is not None and r["samples"] < 7]
     if few:
         notes.append(f"fewer than 7 samples at world sizes {few}: too few for asv's significance test")
-    straggler = None
-    largest = max(inputs.measured) if inputs.measured else None
-    if largest is not None:
-        straggler = inputs.measured[largest].extra.get("straggler")
+    notes += inputs.meta.get("notes", [])
     supply = {ws: i.supply_images_per_s for ws, i in inputs.isolated.items()}
     demand = {ws: i.images_per_rank / (i.forward_backward_s + i.optimizer_s)
               for ws, i in inputs.isolated.items()}
@@ -45,11 +46,12 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         "runs": rows,
         "loss_shares": {str(r["world_size"]): r["loss"]["shares_pct"] for r in rows
                         if r.get("loss") and r["loss"]["shares_pct"]},
+        "verdicts": [verdict(r) for r in rows if r.get("loss")],
         "loader_headroom": loader_headroom(supply, demand) if supply else None,
         "table3_projection_hours": {str(k): v for k, v in
                                     table3_projection(inputs.measured, THESIS_BASE_ITERS).items()},
         "prediction_accuracy_pct": _mean([r.get("accuracy_pct") for r in rows]),
-        "recommendations": recommend(rows, straggler),
+        "recommendations": recommend(rows),
         "thesis_speedups": {k: {str(n): s for n, s in v.items()} for k, v in THESIS_SPEEDUPS.items()},
         "notes": notes,
         "skipped_files": inputs.skipped_files,
@@ -57,6 +59,32 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
     if against is not None:
         report["against"] = compare(against, inputs)
     return report
+
+
+# Plain words for the blame keys, for the one-line verdict.
+PLAIN = {"data_wait": "data loading", "forward": "forward compute", "backward": "backward compute",
+         "exposed_comm": "gradient communication not hidden under compute",
+         "optimizer": "the optimizer step", "other": "the iteration tail",
+         "unattributed": "waits with no traceable cause", "residual": "the residual"}
+
+
+def verdict(row: dict) -> dict:
+    """Where one world size's lost time comes from, in one structured sentence: the component
+    with the largest share and, when one rank made the others wait for most of it, that rank."""
+    loss = row["loss"]
+    out = {"world_size": row["world_size"], "lost_s": loss["lost_s"],
+           "significant": loss["significant"], "kind": loss["kind"],
+           "noise_floor_s": loss["noise_floor_s"], "component": None, "rank": None}
+    if not loss["shares_pct"]:
+        return out
+    comp = max(loss["shares_pct"], key=loss["shares_pct"].get)
+    straggler = row.get("straggler") or {}
+    caused = (straggler.get("by_phase") or {}).get(comp, 0.0)
+    growth = loss["growth_s"].get(comp, 0.0)
+    out.update(component=comp, plain=PLAIN[comp], share_pct=loss["shares_pct"][comp])
+    if straggler.get("rank") is not None and growth > 0 and caused >= STRAGGLER_SHARE * growth:
+        out.update(rank=straggler["rank"], wait_caused_s=caused)
+    return out
 
 
 def compare(old: Inputs, new: Inputs) -> dict:

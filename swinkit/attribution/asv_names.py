@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DDP_PHASE_MEAN = "bench_ddp.Phase.track_mean_seconds"
-DDP_ITERATION_MEAN = "bench_ddp.Iteration.track_mean_iteration"
+DDP_BLAME = "bench_ddp.Blame.track_seconds"
+DDP_WAIT_CAUSED = "bench_ddp.Blame.track_wait_caused"
+DDP_STRAGGLER_RANK = "bench_ddp.Iteration.track_straggler_rank"
 DDP_ITERATION = "bench_ddp.Iteration.track_iteration"
 DDP_LAST_BUCKET_FRACTION = "bench_ddp.Iteration.track_last_bucket_fraction"
 DDP_LOADER_WORKERS = "bench_ddp.Iteration.track_loader_workers"

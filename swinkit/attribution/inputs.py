@@ -52,7 +52,7 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
                 continue
             if commit and not data["commit_hash"].startswith(commit):
                 continue
-            if names.DDP_PHASE_MEAN in data["results"]:
+            if names.DDP_BLAME in data["results"]:
                 candidates.append((data.get("date", 0), m, data))
     if not candidates:
         what = f"commit {commit}" if commit else "any commit"
@@ -82,20 +82,26 @@ def _table(data: dict, name: str) -> dict[tuple, dict]:
 
 
 def from_asv(results_dir: Path, machine: str | None = None, commit: str | None = None) -> Inputs:
+    """The latest (or the given) commit's DDP results: asv's median iteration (its headline
+    statistic, with the quartiles for the spread within the launch) and the blame medians."""
     machine, commit, data, skipped = _load_results(Path(results_dir), machine, commit)
-    phases = _table(data, names.DDP_PHASE_MEAN)
-    means = _table(data, names.DDP_ITERATION_MEAN)
-    iters = _table(data, names.DDP_ITERATION)  # samples: the spread
+    blame = _table(data, names.DDP_BLAME)
+    caused = _table(data, names.DDP_WAIT_CAUSED)
+    stragglers = _table(data, names.DDP_STRAGGLER_RANK)
     measured = {}
-    for (ws,), mean in means.items():
-        comps = {c: phases[(ws, c)]["value"] for c in COMPONENTS if (ws, c) in phases}
+    for (ws,), it in _table(data, names.DDP_ITERATION).items():
+        comps = {c: blame[(ws, c)]["value"] for c in COMPONENTS if (ws, c) in blame}
         if len(comps) != len(COMPONENTS):
             continue
-        it = iters.get((ws,), {})
         iqr = ((it["q75"] - it["q25"]) / it["value"]
                if it.get("q75") is not None and it.get("value") else None)
-        measured[int(ws)] = Measured(int(ws), mean["value"], comps, iqr,
-                                     len(it["samples"]) if it.get("samples") else None)
+        rank = stragglers.get((ws,), {}).get("value")
+        straggler = {"rank": None if rank is None else int(rank),
+                     "by_phase": {c: caused[(ws, c)]["value"] for c in COMPONENTS
+                                  if (ws, c) in caused and caused[(ws, c)]["value"] > 0}}
+        measured[int(ws)] = Measured(int(ws), it["value"], comps, iqr,
+                                     len(it["samples"]) if it.get("samples") else None,
+                                     extra={"straggler": straggler})
     env = _environment(Path(results_dir), machine, commit)
     inputs = Inputs(measured, meta={"commit": commit, "machine": machine, "source": "asv",
                                     "preset": env.get("preset"), "backend": env.get("backend"),

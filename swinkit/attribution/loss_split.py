@@ -1,71 +1,136 @@
 """Where the scaling goes: per world size, time, scaling metrics and the split of lost time.
 
 Numbers only (rendering is in swinkit.report). Inputs are per-world-size measurements of the
-DDP iteration (:class:`Measured`); the reference for the lost time is world size 1 (scaling) or
-another run at the same world size (a comparison, or a run with an injected delay).
+DDP iteration (:class:`Measured`): the median iteration and the median *blame* of each
+component (seconds per iteration charged to each cause, see swinkit.attribution.blame). The
+reference for the lost time is world size 1 (scaling) or another run at the same world size
+(a comparison, or a run with an injected cost).
+
+Medians do not add up, so the split is not an identity: ``residual`` is the measured change of
+the median iteration minus the sum of the components' changes, and it is shown. A loss smaller
+than twice its spread (across repeated launches where there are several; within one launch's
+iterations otherwise) is reported as not significant instead of being divided into shares.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from swinkit.attribution import scaling
-from swinkit.measure.phases import PHASES
+from swinkit.measure.phases import BLAME_KEYS
 
-COMPONENTS = PHASES
+COMPONENTS = BLAME_KEYS
+IQR_PER_SIGMA = 1.349  # the IQR of a normal distribution in standard deviations
+RESOLUTION_S = 1e-6    # changes below a microsecond are float and clock rounding, not causes
 
 
 @dataclass
 class Measured:
-    """One world size's DDP iteration: median iteration time and phases (seconds)."""
+    """One world size's DDP iteration.
+
+    Attributes:
+        iter_s: median iteration (over launches: the median of per-launch medians).
+        components_s: median blame per component (BLAME_KEYS), seconds per iteration.
+        iter_iqr_ratio: IQR / median of the iterations of one launch (spread within a launch).
+        launch_iter_s: each repeated launch's median iteration, in launch order; launches of
+            different world sizes were interleaved, so the k-th of each pair up.
+    """
     world_size: int
     iter_s: float
     components_s: dict[str, float]
     iter_iqr_ratio: float | None = None
     samples: int | None = None
+    launch_iter_s: list[float] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     @property
     def unstable(self) -> bool:
         return self.iter_iqr_ratio is not None and self.iter_iqr_ratio > 0.10
 
+    @property
+    def residual_s(self) -> float:
+        """Median iteration minus the sum of the component medians (not 0 by construction)."""
+        return self.iter_s - sum(self.components_s.get(c, 0.0) for c in COMPONENTS)
+
+
+def lost_spread(reference: Measured, run: Measured) -> tuple[float | None, str]:
+    """Standard deviation of the lost time ``run - reference`` and where it comes from.
+
+    With two or more paired (interleaved) launches: the sample standard deviation of the
+    per-pair differences. Otherwise from the spread of single iterations within each launch
+    (IQR / 1.349 per side, added in quadrature): launch-to-launch noise is not in it, so it is
+    a lower bound, and the report says so. None when neither is known.
+    """
+    pairs = list(zip(reference.launch_iter_s, run.launch_iter_s))
+    if len(pairs) >= 2:
+        return statistics.stdev(b - a for a, b in pairs), f"{len(pairs)} paired launches"
+    if reference.iter_iqr_ratio is None or run.iter_iqr_ratio is None:
+        return None, "unknown"
+    sigmas = [m.iter_iqr_ratio * m.iter_s / IQR_PER_SIGMA for m in (reference, run)]
+    return math.hypot(*sigmas), "iterations of one launch (launch-to-launch noise not included)"
+
 
 def split_loss(reference: Measured, run: Measured) -> dict:
     """Split ``run.iter_s - reference.iter_s`` over the components' growth.
 
-    Shares (percent) add to 100 with the part the components do not explain named
-    ``residual`` (medians of phases need not add up to the median iteration). None when
-    nothing was lost.
+    Returns ``lost_s``, ``growth_s`` (signed seconds per component), ``residual_s`` (the
+    change of the median iteration that the component medians do not explain), the noise
+    floor (``spread_s``, ``noise_floor_s`` = 2 x spread, ``significant``) and, for a
+    significant loss, ``shares_pct``: each component's part of the time that grew, in percent
+    (components that shrank are listed in ``gains_s`` instead, so no share is negative or
+    above 100). A significant gain (``lost_s`` < 0) has no shares: it is a gain.
     """
     lost = run.iter_s - reference.iter_s
     growth = {c: run.components_s.get(c, 0.0) - reference.components_s.get(c, 0.0)
               for c in COMPONENTS}
     residual = lost - sum(growth.values())
+    spread, spread_from = lost_spread(reference, run)
+    floor = None if spread is None else 2 * spread
+    significant = floor is None or abs(lost) > floor
     out = {"lost_s": lost, "growth_s": growth, "residual_s": residual,
-           "residual_of_iter": abs(residual) / run.iter_s if run.iter_s else math.nan}
-    if lost <= 0:
-        out["shares_pct"] = None
+           "residual_of_iter": abs(residual) / run.iter_s if run.iter_s else math.nan,
+           "spread_s": spread, "spread_from": spread_from, "noise_floor_s": floor,
+           "significant": significant, "kind": "loss" if lost > 0 else "gain",
+           "lost_interval_s": _interval([b - a for a, b in zip(reference.launch_iter_s,
+                                                              run.launch_iter_s)]),
+           "shares_pct": None, "gains_s": {}}
+    if not significant or lost <= 0:
         return out
-    shares = {c: 100 * g / lost for c, g in growth.items()}
-    shares["residual"] = 100 * residual / lost
-    out["shares_pct"] = shares
+    parts = {**growth, "residual": residual}
+    grew = {k: v for k, v in parts.items() if v > RESOLUTION_S}
+    total = sum(grew.values())
+    out["shares_pct"] = {k: 100 * v / total for k, v in grew.items()}
+    out["gains_s"] = {k: v for k, v in parts.items() if v < -RESOLUTION_S}
     return out
+
+
+def _interval(values: list[float]) -> list[float] | None:
+    return [min(values), max(values)] if len(values) >= 2 else None
 
 
 def scaling_rows(measured: dict[int, Measured]) -> list[dict]:
     """Per world size: iteration time, components, speedup, efficiency, Karp-Flatt and the
-    split of lost time against world size 1 (None where world size 1 is missing)."""
+    split of lost time against world size 1 (None where world size 1 is missing).
+
+    With repeated interleaved launches, ``efficiency_interval`` is the range of the paired
+    launches' efficiencies T1_k / TN_k."""
     base = measured.get(1)
     rows = []
     for ws in sorted(measured):
         m = measured[ws]
         row = {"world_size": ws, "iter_s": m.iter_s, "components_s": dict(m.components_s),
-               "iter_iqr_ratio": m.iter_iqr_ratio, "unstable": m.unstable, "samples": m.samples,
-               "speedup": None, "efficiency": None, "karp_flatt": None, "loss": None}
+               "residual_s": m.residual_s, "iter_iqr_ratio": m.iter_iqr_ratio,
+               "unstable": m.unstable, "samples": m.samples, "launches": len(m.launch_iter_s),
+               "launch_iter_s": list(m.launch_iter_s), "straggler": m.extra.get("straggler"),
+               "speedup": None, "efficiency": None, "efficiency_interval": None,
+               "karp_flatt": None, "loss": None}
         if base is not None:
             s = scaling.speedup(base.iter_s, m.iter_s, ws)
             row.update(speedup=s, efficiency=scaling.efficiency(base.iter_s, m.iter_s),
-                       karp_flatt=None if ws == 1 else scaling.karp_flatt(s, ws))
+                       karp_flatt=None if ws == 1 else scaling.karp_flatt(s, ws),
+                       efficiency_interval=_interval(
+                           [a / b for a, b in zip(base.launch_iter_s, m.launch_iter_s)]))
             if ws != 1:
                 row["loss"] = split_loss(base, m)
         rows.append(row)

@@ -2,8 +2,8 @@
 
 Each phase: the median over iterations per rank, then the median of those across ranks (and,
 because medians do not add up, the mean of per-rank means beside it, which does); skew is
-the spread of the per-rank medians (max - min). The straggler is the rank with the most busy
-time (everything but exposed communication, which is where the others wait for it).
+the spread of the per-rank medians (max - min). Who made whom wait is blame's business
+(swinkit.attribution.blame): a rank late from waiting on its loader is not busy, but it is late.
 """
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import statistics
 from typing import Sequence
 
 from swinkit.measure.stats import summarize
-
-BUSY = ("data_wait", "forward", "backward", "optimizer")
 
 
 def aggregate_phases(ranks: Sequence[dict], phases: Sequence[str]) -> dict:
@@ -29,9 +27,6 @@ def aggregate_phases(ranks: Sequence[dict], phases: Sequence[str]) -> dict:
     mean_phases = {p: statistics.fmean(statistics.fmean(r["phases"][p]) for r in ranks)
                    for p in phases}
     mean_iter = statistics.fmean(statistics.fmean(r["iteration"]) for r in ranks)
-    busy = {k: sum(per_rank[k][p].median for p in BUSY if p in per_rank[k]) for k in per_rank}
-    straggler = max(busy, key=busy.get)
-    busy_median = statistics.median(busy.values())
     return {
         "phases_s": agg,
         "phase_shares": {p: agg[p] / iter_s if iter_s else None for p in phases},
@@ -44,8 +39,6 @@ def aggregate_phases(ranks: Sequence[dict], phases: Sequence[str]) -> dict:
         "per_rank_phase_stats": {str(k): {p: m.to_dict() for p, m in v.items()}
                                  for k, v in per_rank.items()},
         "skew_s": skew,
-        "busy_s": {str(k): v for k, v in busy.items()},
-        "straggler": {"rank": straggler, "busy_excess_s": busy[straggler] - busy_median},
     }
 
 

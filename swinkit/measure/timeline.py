@@ -2,8 +2,9 @@
 
 What a rank records per iteration (:class:`IterationRecord`):
 
-* ``marks``: the phase boundaries, ``start`` then one mark closing each phase of
-  :data:`swinkit.measure.phases.PHASES`, so phases add up to the iteration by construction;
+* ``marks``: the phase boundaries in order, ``start`` then marks closing phases of
+  :data:`swinkit.measure.phases.PHASES` (a phase may recur, e.g. one forward per micro-batch
+  under gradient accumulation; its durations add), so phases add up to the iteration;
 * ``collectives``: every collective the rank entered, with its ``arrive`` and ``done`` times
   (and for gradient buckets the ``ready`` time the bucket was handed over). ``blocking``
   collectives hold the rank until they finish (DDP's buffer broadcast, SyncBN, the final
@@ -107,7 +108,7 @@ class IterationRecord:
         """Plain seconds on rank 0's clock (``offset_s``: this rank's clock minus rank 0's)."""
         def s(mark):
             return None if mark is None else clock.seconds(mark) - offset_s
-        return {"marks": {name: s(m) for name, m in self.marks},
+        return {"marks": [[name, s(m)] for name, m in self.marks],
                 "collectives": [{"name": c.name, "blocking": c.blocking, "arrive": s(c.arrive),
                                  "done": s(c.done), "ready": s(c.ready), "bytes": c.nbytes}
                                 for c in self.collectives]}
@@ -153,14 +154,23 @@ class Timeline:
         return [it.resolve(self.clock, offset_s) for it in self.iterations]
 
 
-def phase_durations(iteration: dict) -> dict[str, float]:
-    """{phase: seconds} from a resolved iteration's marks (consecutive differences)."""
+def phase_intervals(iteration: dict) -> list[tuple[str, float, float]]:
+    """(phase, start, end) of a resolved iteration, in order."""
     marks = iteration["marks"]
-    out, prev = {}, marks["start"]
-    for phase in PHASES:
-        out[phase] = marks[phase] - prev
-        prev = marks[phase]
+    return [(name, t0, t1) for (_, t0), (name, t1) in zip(marks, marks[1:])]
+
+
+def phase_durations(iteration: dict) -> dict[str, float]:
+    """{phase: seconds} of a resolved iteration, every phase present (0 if it did not occur)."""
+    out = dict.fromkeys(PHASES, 0.0)
+    for name, t0, t1 in phase_intervals(iteration):
+        out[name] += t1 - t0
     return out
+
+
+def iteration_span(iteration: dict) -> tuple[float, float]:
+    marks = iteration["marks"]
+    return marks[0][1], marks[-1][1]
 
 
 # ---------------------------------------------------------------- clocks of several hosts
@@ -206,7 +216,7 @@ def chrome_trace(timelines: dict[int, list[dict]], warmup: int = 0) -> dict:
     """One Chrome/Perfetto trace (``chrome://tracing``, ui.perfetto.dev): a process per rank,
     a track of phases and a track of collectives (waits and transfers as separate slices)."""
     events = []
-    t0 = min(it["marks"]["start"] for tl in timelines.values() for it in tl)
+    t0 = min(iteration_span(it)[0] for tl in timelines.values() for it in tl)
     us = lambda s: (s - t0) * 1e6  # noqa: E731
     for rank, iterations in timelines.items():
         events.append({"ph": "M", "name": "process_name", "pid": rank,
@@ -215,13 +225,10 @@ def chrome_trace(timelines: dict[int, list[dict]], warmup: int = 0) -> dict:
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
                            "args": {"name": label}})
         for i, it in enumerate(iterations):
-            prev = it["marks"]["start"]
-            for phase in PHASES:
-                end = it["marks"][phase]
-                events.append({"ph": "X", "name": phase, "pid": rank, "tid": 0, "ts": us(prev),
-                               "dur": max(end - prev, 0) * 1e6,
+            for phase, start, end in phase_intervals(it):
+                events.append({"ph": "X", "name": phase, "pid": rank, "tid": 0, "ts": us(start),
+                               "dur": max(end - start, 0) * 1e6,
                                "args": {"iteration": i - warmup, "warmup": i < warmup}})
-                prev = end
             for c in it["collectives"]:
                 if c["arrive"] is None or c["done"] is None:
                     continue

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import io
 
-from swinkit.measure.phases import PHASES as COMPONENTS
+from swinkit.measure.phases import BLAME_KEYS as COMPONENTS
 
 
 def figures(r: dict) -> dict[str, bytes]:
-    """PNG bytes: stacked phases per world size, efficiency vs ideal (+ thesis), loss split."""
+    """PNG bytes: stacked blame per world size, efficiency vs ideal (+ thesis), loss split."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -21,7 +21,7 @@ def figures(r: dict) -> dict[str, bytes]:
         vals = [row["components_s"][comp] for row in runs]
         ax.bar([str(w) for w in ws], vals, bottom=bottom, label=comp)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set(xlabel="world size", ylabel="seconds per iteration", title="DDP iteration phases")
+    ax.set(xlabel="world size", ylabel="seconds per iteration", title="DDP iteration by cause (blame)")
     ax.legend(fontsize=7)
     out["phases.png"] = _png(fig, plt)
 
@@ -48,7 +48,7 @@ def figures(r: dict) -> dict[str, bytes]:
             vals = [shares.get(key, 0.0) for shares in r["loss_shares"].values()]
             ax.barh(labels, vals, left=left, label=key)
             left = [a + b for a, b in zip(left, vals)]
-        ax.set(xlabel="% of lost time", title="Where the lost time goes")
+        ax.set(xlabel="% of the time that grew", title="Where the lost time goes")
         ax.legend(fontsize=7)
         out["loss_split.png"] = _png(fig, plt)
     return out

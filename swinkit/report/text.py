@@ -1,7 +1,7 @@
 """The attribution report as terminal text."""
 from __future__ import annotations
 
-from swinkit.measure.phases import PHASES as COMPONENTS
+from swinkit.measure.phases import BLAME_KEYS as COMPONENTS
 
 
 def _f(value, fmt="{:.4f}", none="-"):
@@ -12,7 +12,7 @@ def text_report(r: dict) -> str:
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
              f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
     if r.get("injection") and any(v for k, v in r["injection"].items() if k != "ranks"):
-        lines.append(f"injected delays: {r['injection']}")
+        lines.append(f"injected costs: {r['injection']}")
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]
     for row in r["runs"]:
@@ -20,17 +20,17 @@ def text_report(r: dict) -> str:
         lines.append(f"{row['world_size']:>3} {row['iter_s']:>9.4f} {_f(row['speedup'], '{:.2f}'):>8} "
                      f"{_f(row['efficiency'], '{:.2f}'):>6} {_f(row['karp_flatt'], '{:.3f}'):>6} "
                      f"{_f(row.get('predicted_iter_s')):>9} {_f(err, '{:+.1%}'):>7}"
+                     + (f"  E in [{row['efficiency_interval'][0]:.2f}, "
+                        f"{row['efficiency_interval'][1]:.2f}] over {row['launches']} launches"
+                        if row.get("efficiency_interval") else "")
                      + ("  unstable" if row["unstable"] else ""))
-    lines += ["", "phases (s):  " + "  ".join(f"{c:>12}" for c in COMPONENTS)]
+    lines += ["", "blame (s per iteration, medians; residual = median iteration - their sum):",
+              "  " + " " * 8 + "".join(f"{c:>14}" for c in COMPONENTS) + f"{'residual':>10}"]
     for row in r["runs"]:
-        lines.append(f"  N={row['world_size']:<8} " + "  ".join(
-            f"{row['components_s'][c]:>12.4f}" for c in COMPONENTS))
-    for ws, shares in r["loss_shares"].items():
-        row = next(x for x in r["runs"] if str(x["world_size"]) == ws)
-        lines += ["", f"where the {row['loss']['lost_s']:.4f} s lost at N={ws} went "
-                      f"(efficiency {row['efficiency']:.2f}):"]
-        for comp, share in sorted(shares.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {comp:<13} {share:6.1f} %  {'#' * max(int(share / 4), 0)}")
+        lines.append(f"  N={row['world_size']:<6}" + "".join(
+            f"{row['components_s'].get(c, 0.0):>14.4f}" for c in COMPONENTS)
+            + f"{row.get('residual_s', 0.0):>+10.4f}")
+    lines += _verdicts(r)
     if r.get("prediction_accuracy_pct") is not None:
         lines += ["", f"prediction from isolated components: {r['prediction_accuracy_pct']:.1f} % "
                       "accurate on average (Kahira et al.'s oracle: 97.57 % for data parallelism)"]
@@ -46,7 +46,9 @@ def text_report(r: dict) -> str:
     if r["recommendations"]:
         lines += ["", "recommendations (ranked by efficiency they could recover):"]
         for i, rec in enumerate(r["recommendations"], 1):
-            lines.append(f"  {i}. {rec['component']} (+{rec['efficiency_recoverable']:.2f} efficiency "
+            lines.append(f"  {i}. {rec['component']}"
+                         + (f" on rank {rec['rank']}" if rec.get("rank") is not None else "")
+                         + f" (+{rec['efficiency_recoverable']:.2f} efficiency "
                          f"at N={rec['world_size']}): {rec['why']} -> {rec['what']}")
     if r.get("against"):
         lines += ["", f"against {r['against']['commit']}:"]
@@ -56,3 +58,38 @@ def text_report(r: dict) -> str:
     for note in r["notes"] + [f"skipped unreadable result file {f}" for f in r["skipped_files"]]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _verdicts(r: dict) -> list[str]:
+    """Per world size: significant or not, where the lost time went, who caused it."""
+    lines = []
+    for v in r.get("verdicts", []):
+        ws = v["world_size"]
+        row = next(x for x in r["runs"] if x["world_size"] == ws)
+        loss = row["loss"]
+        floor = (f"noise floor {loss['noise_floor_s']:.4f} s from {loss['spread_from']}"
+                 if loss["noise_floor_s"] is not None else "noise floor unknown")
+        if not v["significant"]:
+            lines += ["", f"N={ws}: no significant loss ({loss['lost_s']:+.4f} s per iteration "
+                          f"against N=1; {floor})"]
+            continue
+        if v["kind"] == "gain":
+            lines += ["", f"N={ws}: a gain of {-loss['lost_s']:.4f} s per iteration against N=1 "
+                          f"({floor})"]
+            continue
+        interval = loss.get("lost_interval_s")
+        lines += ["", f"N={ws}: {loss['lost_s']:.4f} s per iteration lost against N=1 "
+                      f"(efficiency {row['efficiency']:.2f}"
+                      + (f", lost in [{interval[0]:.4f}, {interval[1]:.4f}] s over launches"
+                         if interval else "") + f"; {floor})"]
+        cause = f"most of it ({v['share_pct']:.0f} %) comes from {v['plain']} ({v['component']})"
+        if v.get("rank") is not None:
+            cause += (f" on rank {v['rank']}: the others waited {v['wait_caused_s']:.4f} s per "
+                      f"iteration for it")
+        lines.append("  " + cause)
+        lines.append("  share of the time that grew, by cause:")
+        for comp, share in sorted(loss["shares_pct"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {comp:<13} {share:6.1f} %  {'#' * max(int(share / 4), 0)}")
+        for comp, gain in sorted(loss["gains_s"].items(), key=lambda kv: kv[1]):
+            lines.append(f"    {comp:<13} gained {-gain:.4f} s")
+    return lines

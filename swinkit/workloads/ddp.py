@@ -1,49 +1,118 @@
 """The instrumented DDP iteration: what one rank runs (:func:`ddp_rank`).
 
-Per iteration the phases, in order, each closed by a mark (CUDA events on GPU, read after the
-run; perf_counter on CPU), so they add up to the iteration exactly:
+Each iteration, in the order it runs (phases in :mod:`swinkit.measure.phases`)::
 
-    data_wait     next(loader) + data preprocessor (host->device copy, normalise, pad)
-    forward       DDP forward + loss
-    backward      loss.backward() until the last gradient bucket is ready (from the comm hook)
-    exposed_comm  the rest of loss.backward(): all-reduce time not hidden under compute
-    optimizer     AdamW step + zero_grad
-    other         the tail until the next iteration starts (LR schedule, bookkeeping)
+    batch = next(loader); data = preprocessor(batch)      -> data_wait
+    loss = DDP(model)(data)                                -> forward   (buffer broadcast inside)
+    loss.backward()                                        -> backward until the last bucket is
+                                                              ready, then exposed_comm
+    optimizer.step(); optimizer.zero_grad()                -> optimizer
+    LR schedulers, heartbeat                               -> other
+
+Every boundary and every collective goes on this rank's :class:`~swinkit.measure.timeline.Timeline`
+(CUDA events on GPU, read after the run; perf_counter on CPU), so the ranks' timelines can be
+laid side by side and each wait blamed on its cause. ``bare=True`` runs the same loop on a null
+clock: no marks, hooks or DDP timers, one clock read per iteration (to measure what the
+instrumentation costs).
 """
 from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
-from swinkit.measure.ddp_timing import BucketClock, DDPStats, timed_allreduce_hook
-from swinkit.measure.samplers import CpuUsage, NvmlSampler
-from swinkit.measure.clocks import PhaseClock
+from swinkit.measure import ddp_hooks
 from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
+from swinkit.measure.samplers import CpuUsage, NvmlSampler
+from swinkit.measure.timeline import Timeline, estimate_clock_offsets, make_clock, phase_durations
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.workloads.errors import out_of_memory_named
-from swinkit.workloads.inject import Injection, add_compute_delay, add_data_delay
+from swinkit.workloads.inject import (GATE, Injection, add_compute_delay, add_data_delay,
+                                      comm_launcher)
 
 
+@dataclass
+class RankRun:
+    """Everything one rank's loop touches, built once by :func:`_setup`."""
+    cfg: object
+    cuda: bool
+    model: torch.nn.Module
+    ddp: DistributedDataParallel
+    optim: object
+    schedulers: list
+    loader: object
+    stream: object
+    timeline: Timeline
+    buckets: ddp_hooks.BucketRecorder | None
+    buffers: ddp_hooks.ModuleCollective | None
+    stats: ddp_hooks.DDPStats | None
+    cpu: CpuUsage = field(default_factory=CpuUsage)
+    nvml: NvmlSampler | None = None
+    losses: list = field(default_factory=list)
+    starts: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    injected: list = field(default_factory=list)
 
-def _setup(rank, preset, data_root, overrides, device, workers, injection, seed):
+
+def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
+           bare: bool, ddp_timers: bool | None) -> RankRun:
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
-    device = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
+    dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
     add_data_delay(cfg, injection, rank.rank)
     torch.manual_seed(seed)  # identical initial weights on every rank
-    model = build_segmentor(cfg).to(device)
+    model = build_segmentor(cfg).to(dev)
     add_compute_delay(model, injection, rank.rank, cuda)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
-    ddp._set_ddp_runtime_logging_sample_rate(1)
+    ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
+    timeline = Timeline(make_clock(cuda, enabled=not bare))
+    launcher = comm_launcher(injection, rank.rank, cuda)
+    buckets = None
+    if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
+        buckets = ddp_hooks.BucketRecorder(timeline, launcher=launcher or ddp_hooks.plain_launch)
+        ddp.register_comm_hook(buckets, ddp_hooks.recording_allreduce_hook)
+    buffers = None if bare else ddp_hooks.record_buffer_broadcast(timeline, ddp)
+    if not bare:
+        ddp_hooks.record_module_collectives(timeline, model)  # SyncBN (GPU presets)
+    # DDP's runtime sampling synchronises on CUDA events every forward: on GPU only on request.
+    want_timers = (not cuda) if ddp_timers is None else ddp_timers
+    stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare else None
     optim, schedulers = build_optimizer(cfg, model)
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
-                          seed=seed, timeout_s=120 if workers else 0)
-    return cfg, cuda, model, ddp, optim, schedulers, loader
+                          seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
+    return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
+                   buckets, buffers, stats, nvml=NvmlSampler(rank.local_rank) if cuda else None)
+
+
+def _step(run: RankRun) -> None:
+    """One training iteration, marked on the timeline (marks are free on the null clock)."""
+    tl = run.timeline
+    tl.begin()
+    batch = next(run.stream)
+    if run.cfg.get("skip_bad_samples", 0):
+        run.skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
+    data = run.model.data_preprocessor(batch, training=True)
+    tl.mark("data_wait")
+    if run.buffers:
+        run.buffers.start(tl.current.marks[-1][1])  # arrival at the buffer broadcast
+    loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
+    tl.mark("forward")
+    if run.buckets:
+        run.buckets.reset()
+    loss.backward()
+    if tl.enabled:
+        ddp_hooks.record_grad_sync(tl, run.buckets)
+    run.optim.step()
+    run.optim.zero_grad()
+    tl.mark("optimizer")
+    for scheduler in run.schedulers:
+        scheduler.step()
+    run.losses.append(loss.detach())
 
 
 def _trace_context(trace_dir, rank, warmup, iters):
@@ -59,88 +128,72 @@ def _trace_context(trace_dir, rank, warmup, iters):
 def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, workers: int | None = None,
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
-             seed: int = 0) -> dict:
+             seed: int = 0, ddp_timers: bool | None = None) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
-    ``bare=True`` runs the same loop with no instrumentation but one clock read per iteration
-    (no phase marks, comm hook, DDP stats or heartbeats), to measure what instrumentation costs.
+    Args:
+        ddp_timers: sample DDP's own reducer timers for the cross-check (default: on CPU only,
+            since on GPU the sampling synchronises inside the step).
     """
     injection = Injection(**(inject or {}))
-    cfg, cuda, model, ddp, optim, schedulers, loader = _setup(
-        rank, preset, data_root, overrides, device, workers, injection, seed)
-    clock = PhaseClock(cuda)
-    hooked = not bare or injection.comm_ms > 0
-    bucket_clock = BucketClock(clock.new_mark, comm_delay_s=injection.comm_ms / 1e3
-                               if injection.applies_to(rank.rank) else 0.0)
-    if hooked:
-        ddp.register_comm_hook(bucket_clock, timed_allreduce_hook)
-    stats, cpu = DDPStats(ddp), CpuUsage()
-    nvml = NvmlSampler(rank.local_rank) if cuda else None
-    stream = batches(loader)
-    clocks, losses, starts, skipped = [], [], [], []
-    skip_mode = cfg.get("skip_bad_samples", 0) > 0
+    run = _setup(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
+                 ddp_timers)
+    clocks = _clock_offsets(rank)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
-    if profiler:
-        profiler.start()
-    with out_of_memory_named(rank.rank, cfg):
+    profiler and profiler.start()
+    with out_of_memory_named(rank.rank, run.cfg):
         for it in range(warmup + iters):
             if it == warmup:
-                cpu.start()
-                nvml and nvml.start()
-            if bare:
-                starts.append(time.perf_counter())
-            else:
-                rank.heartbeat(it)  # counted in the previous iteration's tail ("other")
-                boundary = clock.new_mark()
-                if clocks:
-                    clocks[-1].append("other", boundary)
-                clock = PhaseClock(cuda)
-                clock.start(boundary)
-            batch = next(stream)
-            if skip_mode:
-                skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
-            data = model.data_preprocessor(batch, training=True)
-            bare or clock.mark("data_wait")
-            loss, _ = model.parse_losses(ddp(**data, mode="loss"))
-            bare or clock.mark("forward")
-            bucket_clock.reset()
-            loss.backward()
-            if not bare:
-                clock.append("backward", bucket_clock.last_ready or clock.new_mark())
-                clock.mark("exposed_comm")
-            optim.step()
-            optim.zero_grad()
-            bare or clock.mark("optimizer")
-            for scheduler in schedulers:
-                scheduler.step()
-            if not bare:
-                clocks.append(clock)
-                stats.poll()
-            losses.append(loss.detach())
-            if profiler:
-                profiler.step()
-    if bare:
-        starts.append(time.perf_counter())
-    else:
-        clocks[-1].mark("other")
-    cuda and torch.cuda.synchronize()
-    usage = cpu.stop()
-    if profiler:
-        profiler.stop()
-    measured = clocks[warmup:]
+                run.cpu.start()
+                run.nvml and run.nvml.start()
+            rank.heartbeat(it)  # a small file write: lands in the previous iteration's tail
+            GATE.on = injection.on_iteration(it)
+            run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
+            run.starts.append(time.perf_counter())
+            _step(run)
+            run.stats and run.stats.poll()
+            profiler and profiler.step()
+        run.starts.append(time.perf_counter())
+        run.timeline.enabled and run.timeline.end()
+    profiler and profiler.stop()
+    return _result(run, rank, warmup, iters, clocks)
+
+
+def _clock_offsets(rank) -> dict:
+    """This rank's clock against rank 0's: measured always, applied only across hosts (one
+    host's processes share CLOCK_MONOTONIC; the measurement is then a check of the method)."""
+    hosts = [None] * rank.world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    group = dist.new_group(backend="gloo")  # host clocks: a CPU ping-pong whatever the backend
+    est = estimate_clock_offsets(rank.rank, rank.world_size, group)
+    same_host = len(set(hosts)) == 1
+    applied = 0.0 if same_host else est["offset_s"][rank.rank]
+    return {"hosts": hosts, "same_host": same_host, "applied_offset_s": applied,
+            "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank]}
+
+
+def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict) -> dict:
     result = {
-        "rank": rank.rank, "host": socket.gethostname(), "device": str(next(model.parameters()).device),
-        "loss": [float(v) for v in losses[warmup:]],
-        "cpu": usage, "gpu": nvml.stop() if nvml else None,
-        "bucket_sizes_bytes": stats.bucket_sizes_bytes(),
-        "threads": torch.get_num_threads(), "loader_workers": loader.num_workers,
-        "skipped_samples": skipped,
+        "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
+        "loss": [float(v) for v in run.losses[warmup:]],
+        "cpu": run.cpu.stop(), "gpu": run.nvml.stop() if run.nvml else None,
+        "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
+        "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
+        "skipped_samples": run.skipped, "warmup": warmup, "clock": clocks,
+        "injected": run.injected[warmup:],
     }
-    if bare:
-        result["iteration"] = [b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])]
+    # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
+    # an independent check of the timeline's iteration times.
+    result["loop_iteration"] = [b - a for a, b in zip(run.starts[warmup:], run.starts[warmup + 1:])]
+    if not run.timeline.enabled:
+        result["iteration"] = result["loop_iteration"]
         return result
-    phases = [c.phases() for c in measured]
-    result["iteration"] = [c.total() for c in measured]
-    result["phases"] = {p: [ph.get(p, 0.0) for ph in phases] for p in PHASES}
-    result["ddp_timers"] = [stats.per_iteration.get(i) for i in range(warmup, warmup + iters)]
+    timeline = run.timeline.resolve(clocks["applied_offset_s"])
+    result["clock"]["kind"] = run.timeline.clock.name
+    result["timeline"] = timeline
+    measured = [phase_durations(it) for it in timeline[warmup:]]
+    result["iteration"] = [sum(p.values()) for p in measured]
+    result["phases"] = {p: [m[p] for m in measured] for p in PHASES}
+    result["ddp_timers"] = ([run.stats.per_iteration.get(i) for i in range(warmup, warmup + iters)]
+                            if run.stats else None)
     return result

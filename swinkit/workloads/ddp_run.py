@@ -1,4 +1,5 @@
-"""Run the instrumented DDP iteration on N ranks and aggregate what they measured."""
+"""Run the instrumented DDP iteration on N ranks and aggregate what they measured: phases
+(where time went), blame (why), the straggler, and DDP's own timers as a cross-check."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,9 @@ import torch
 from swinkit.config import load_config
 from swinkit.data.loader import ensure_data
 from swinkit.dist import LaunchConfig, launch
+from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.attribution.paired import paired_effect
+from swinkit.checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.phases import PHASES
 from swinkit.workloads.inject import Injection
@@ -31,22 +35,28 @@ class DDPRunSpec:
     trace_dir: str | None = None
     bare: bool = False
     launch: LaunchConfig | None = None
+    ddp_timers: bool | None = None   # DDP's reducer timers (default: CPU only; they sync on GPU)
 
     def launch_config(self) -> LaunchConfig:
         return self.launch or LaunchConfig(world_size=self.world_size)
 
     def validate(self):
         """Everything checkable before a process starts; ValueError names field and value."""
-        for name, value, low in (("iters", self.iters, 1), ("warmup", self.warmup, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 0):
-            raise ValueError(f"workers must be an integer >= 0, got {self.workers!r}")
+        check_int("iters", self.iters, 1)
+        check_int("warmup", self.warmup, 0)
+        if self.workers is not None:
+            check_int("workers", self.workers, 0)
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
         bad = [r for r in (self.injection.ranks or ()) if r >= total]
         if bad:
             raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
+        cfg = load_config(self.preset, self.data_root, self.overrides)
+        workers = cfg.loader_workers if self.workers is None else self.workers
+        if self.injection.every > 1 and self.injection.data_ms > 0 and workers > 0:
+            raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
+                             f"workers 0 (got {workers}): workers load ahead, out of step with "
+                             "the iterations")
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
         device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
         return load_config(self.preset, self.data_root, self.overrides, device=device), lc
@@ -60,7 +70,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     kwargs = dict(preset=spec.preset, iters=spec.iters, warmup=spec.warmup, workers=spec.workers,
                   inject=spec.injection.to_dict(), data_root=cfg.data_root,
                   overrides=dict(spec.overrides), device=cfg.device,
-                  trace_dir=spec.trace_dir, bare=spec.bare)
+                  trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers)
     run = launch(ENTRY, kwargs, lc, run_dir=run_dir, quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
         return None
@@ -70,6 +80,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         "world_size": world, "nnodes": lc.nnodes, "backend": lc.resolved_backend(),
         "device": ranks[0]["device"], "preset": spec.preset, "iterations": spec.iters,
         "warmup": spec.warmup, "bare": spec.bare, "injection": spec.injection.to_dict(),
+        "injection_text": spec.injection.describe() if spec.injection.active else None,
         "threads_per_rank": lc.threads_per_rank, "loader_workers": ranks[0]["loader_workers"],
         "images_per_rank": cfg.images_per_rank, "crop_size": list(cfg.crop_size),
         "bucket_sizes_bytes": ranks[0]["bucket_sizes_bytes"],
@@ -82,7 +93,26 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         return out
     out.update(aggregate_phases(ranks, PHASES))
     out["ddp_cross_check"] = cross_check(ranks)
+    timelines = {r["rank"]: r["timeline"] for r in ranks}
+    blame = compute_blame(timelines, spec.warmup)
+    out.update(summarize_blame(blame))
+    if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
+        out["paired"] = paired_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
+                                      {r["rank"]: r["injected"] for r in ranks})
+    annotate(timelines)  # sync_wait / transfer on every blocking collective, for the trace
+    out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
+    out["clock"] = _clock_summary(ranks)
     return out
+
+
+def _clock_summary(ranks: list[dict]) -> dict:
+    """How the ranks' timelines were made comparable, and how well (seconds)."""
+    clocks = [r["clock"] for r in ranks]
+    return {"kind": clocks[0].get("kind"), "same_host": clocks[0]["same_host"],
+            "hosts": clocks[0]["hosts"],
+            "offsets_applied_s": [c["applied_offset_s"] for c in clocks],
+            "offsets_estimated_s": [c["estimated_offset_s"] for c in clocks],
+            "offset_error_s": max(c["error_s"] for c in clocks)}
 
 
 def environment() -> dict:

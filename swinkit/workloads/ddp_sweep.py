@@ -11,7 +11,8 @@ from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
 def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int = 3,
               workers: int | None = None, injection: Injection = Injection(),
               wall_timeout_s: float = 900.0, progress=print) -> Sweep:
-    """Sweep keyed by world size; each result is :func:`run_ddp`'s dict."""
+    """Sweep keyed by world size; each result is :func:`run_ddp`'s dict. A one-rank injection
+    applies only where its rank exists (the world-size-1 baseline runs clean)."""
     sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
                         "injection": injection.to_dict(), "environment": environment()})
     for ws, reason in plan_world_sizes(world_sizes).items():
@@ -22,6 +23,6 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
         launch = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
                               wall_timeout_s=wall_timeout_s)
         spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
-                          workers=workers, injection=injection, launch=launch)
+                          workers=workers, injection=injection.for_world_size(ws), launch=launch)
         sweep.run(ws, lambda: run_ddp(spec, progress=progress), progress)
     return sweep

@@ -25,3 +25,13 @@ def allreduce_loop(rank, steps: int = 5, numel: int = 1 << 16, pause_s: float = 
         time.sleep(pause_s)
     return {"rank": rank.rank, "world_size": rank.world_size, "allreduce_s": times,
             "host": __import__("socket").gethostname()}
+
+
+def clock_offset_check(rank, skew_s: float = 0.0, skewed_rank: int = 1) -> dict:
+    """Estimate clock offsets with ``skewed_rank``'s clock shifted by ``skew_s`` seconds: the
+    estimate must find the shift (within its error bound) on a host whose clocks agree."""
+    from swinkit.measure.timeline import estimate_clock_offsets
+
+    def now():
+        return time.perf_counter() + (skew_s if rank.rank == skewed_rank else 0.0)
+    return estimate_clock_offsets(rank.rank, rank.world_size, now=now)

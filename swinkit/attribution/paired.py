@@ -1,0 +1,50 @@
+"""The cost of an injection read from neighbouring iterations of one run.
+
+With ``--inject ...,every=2`` a run alternates injected and clean iterations. Each injected
+iteration is compared with the mean of its clean neighbours (the one before and the one
+after, where they exist), per rank; the median over those pairs is the added cost. A slow
+drift of a busy machine moves both neighbours alike and cancels, which a comparison of two
+separate launches cannot do (launch-to-launch noise here is several percent).
+"""
+from __future__ import annotations
+
+import statistics
+
+from swinkit.measure.phases import BLAME_KEYS
+
+
+def paired_effect(iterations: dict[int, list[float]], blame: dict[int, list[dict]],
+                  injected: dict[int, list[bool]]) -> dict | None:
+    """Added seconds per injected iteration: iteration and each blame key.
+
+    Args:
+        iterations: per rank, measured iteration times (seconds).
+        blame: per rank, the blame row of each measured iteration (BLAME_KEYS -> seconds).
+        injected: per rank, whether each measured iteration was injected.
+
+    Returns ``{"pairs", "added_iter_s", "growth_s": {key: s}}`` with medians over ranks of
+    per-rank medians, or None when no injected iteration has a clean neighbour.
+
+    >>> out = paired_effect({0: [1.0, 2.0, 1.2]}, {0: [{"forward": 1.0}, {"forward": 2.0},
+    ...                     {"forward": 1.2}]}, {0: [False, True, False]})
+    >>> round(out["added_iter_s"], 6), round(out["growth_s"]["forward"], 6)
+    (0.9, 0.9)
+    """
+    per_rank = {}
+    for rank, flags in injected.items():
+        rows = [{"iteration": t, **b} for t, b in zip(iterations[rank], blame[rank])]
+        diffs = []
+        for i, hit in enumerate(flags):
+            clean = [rows[j] for j in (i - 1, i + 1) if 0 <= j < len(rows) and not flags[j]]
+            if hit and clean:
+                diffs.append({k: rows[i].get(k, 0.0) - statistics.fmean(c.get(k, 0.0) for c in clean)
+                              for k in ("iteration",) + BLAME_KEYS})
+        if diffs:
+            per_rank[rank] = {k: statistics.median(d[k] for d in diffs) for k in diffs[0]}
+            per_rank[rank]["pairs"] = len(diffs)
+    if not per_rank:
+        return None
+    med = lambda key: statistics.median(v[key] for v in per_rank.values())  # noqa: E731
+    return {"pairs": min(v["pairs"] for v in per_rank.values()),
+            "added_iter_s": med("iteration"),
+            "growth_s": {k: med(k) for k in BLAME_KEYS}}
