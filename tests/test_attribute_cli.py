@@ -47,9 +47,9 @@ def _phases(data_wait=0.1, forward=0.3, backward=0.4, exposed_comm=0.0, optimize
                 unattributed=unattributed)
 
 
-def _attribute(*args):
+def _attribute(*args, timeout=120):
     return subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -111,3 +111,28 @@ def test_single_world_size_and_missing_world_size_1(tmp_path):
     report = json.loads((tmp_path / "a.json").read_text())
     assert report["runs"][0]["speedup"] is None
     assert "world size 1 is missing" in out.stdout and "only one world size" in out.stdout
+
+
+@pytest.mark.slow
+def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, data_root,
+                                                                       monkeypatch, no_orphans):
+    """The thesis's hypothesis as ground truth: 2 images x 40 ms more loading on rank 1 at N=2
+    (not applied at N=1, where rank 1 does not exist). The report must say the loss comes from
+    data loading on rank 1, and the advice must be about rank 1's loader."""
+    monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--repeats", "2",
+                     "--iters", "6", "--inject", "data_ms=40,ranks=1",
+                     "--json", str(tmp_path / "a.json"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "comes from data loading (data_wait) on rank 1" in out.stdout, out.stdout
+    assert "not applied at world size 1" in out.stdout
+    report = json.loads((tmp_path / "a.json").read_text())
+    verdict = report["verdicts"][0]
+    assert (verdict["world_size"], verdict["component"], verdict["rank"]) == (2, "data_wait", 1)
+    # the lost time N=2 vs N=1 also holds the real scaling loss (exposed transfer, contention),
+    # so the injection is the largest share, not all of it (the 85 % criterion is held on
+    # paired iterations in test_ddp.py)
+    assert verdict["share_pct"] >= 60
+    first = report["recommendations"][0]
+    assert (first["component"], first["rank"]) == ("data_wait", 1)
+    assert report["runs"][1]["launches"] == 2 and report["runs"][1]["efficiency_interval"]

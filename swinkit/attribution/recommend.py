@@ -47,6 +47,7 @@ STRAGGLER_ADVICE = {
     "other": "its iteration tail is slow: profile that rank (--trace)",
 }
 STRAGGLER_SHARE = 0.5  # a straggler explains a component when it caused half its growth
+MIN_SHARE_PCT = 5.0    # below this share of the time that grew, a component gets no advice
 
 
 def recommend(rows: list[dict]) -> list[dict]:
@@ -59,7 +60,7 @@ def recommend(rows: list[dict]) -> list[dict]:
     straggler = row.get("straggler") or {}
     out = []
     for comp, growth in row["loss"]["growth_s"].items():
-        if growth <= 0 or comp not in ADVICE:
+        if comp not in ADVICE or row["loss"]["shares_pct"].get(comp, 0.0) < MIN_SHARE_PCT:
             continue
         why, what = ADVICE[comp]
         rec = {"component": comp, "world_size": row["world_size"], "rank": None,

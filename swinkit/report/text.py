@@ -11,8 +11,12 @@ def _f(value, fmt="{:.4f}", none="-"):
 def text_report(r: dict) -> str:
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
              f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
-    if r.get("injection") and any(v for k, v in r["injection"].items() if k != "ranks"):
-        lines.append(f"injected costs: {r['injection']}")
+    inj = r.get("injection") or {}
+    parts = [f"{k}={inj[k]:g}" for k in ("data_ms", "compute_ms", "comm_ms") if inj.get(k)]
+    parts += [f"comm_scale={inj['comm_scale']:g}"] if inj.get("comm_scale", 1) > 1 else []
+    if parts:
+        where = "all ranks" if inj.get("ranks") is None else "ranks " + "+".join(map(str, inj["ranks"]))
+        lines.append(f"injected costs: {','.join(parts)} on {where}")
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]
     for row in r["runs"]:
