@@ -141,13 +141,26 @@ def test_corrupted_reduction_fails_with_the_count(no_orphans):
 
 
 def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
-    """A real `asv run --quick` of one benchmark, then `asv publish`, in a scratch folder."""
-    run = asv_scratch(["run", "-b", "bench_ddp.Iteration.track_iteration"])
+    """A real `asv run --quick` of the DDP benchmarks the attribution reads, then the
+    attribution on those stored results, then `asv publish`, in a scratch folder."""
+    run = asv_scratch(["run", "-b", r"bench_ddp\.(Iteration\.track_iteration|Blame\.track_seconds"
+                                    r"|Blame\.track_wait_caused|Iteration\.track_straggler_rank)"])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     values = asv_result_values(asv_scratch.results, "bench_ddp.Iteration.track_iteration")
     assert values[0] > 0 and values[1] > 0           # world sizes 1 and 2 measured
     if (os.cpu_count() or 1) < 4:
         assert values[2] is None or math.isnan(values[2])  # 4 ranks on fewer cores: skipped
+    # blame per (world size, component): the run's own components are all there at N=1, 2
+    blame = asv_result_values(asv_scratch.results, "bench_ddp.Blame.track_seconds")
+    n_keys = len(phases.BLAME_KEYS)
+    for ws_index in (0, 1):
+        row = blame[ws_index * n_keys:(ws_index + 1) * n_keys]
+        assert all(v is not None and v >= 0 for v in row), row
+        assert sum(row) == pytest.approx(values[ws_index], rel=0.25)  # medians: near, not equal
+    from swinkit.attribution.analysis import analyse
+    from swinkit.attribution.inputs import from_asv
+    report = analyse(from_asv(asv_scratch.results))
+    assert report["world_sizes"] == [1, 2] and report["verdicts"][0]["world_size"] == 2
     pub = asv_scratch(["publish"], timeout=300)
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert (asv_scratch.html / "index.html").exists()

@@ -13,6 +13,7 @@ from swinkit.report.text import text_report
 def write_html(r: dict, path: str | Path) -> list[Path]:
     """One self-contained HTML file (figures embedded, no CDN) plus the PNGs beside it."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     pngs = figures(r)
     written = []
     for name, data in pngs.items():
