@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from contextlib import nullcontext
+from pathlib import Path
 
 from swinkit.config import PRESETS, default_data_root, load_config
 
@@ -79,7 +80,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", help="known costs: data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,"
                                     "ranks=1+2 (see README, 'Injecting known costs')")
     p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
-    p.add_argument("--trace", help="write torch.profiler traces here, one file per rank")
+    p.add_argument("--trace", help="write torch.profiler traces here, one file per rank, and the "
+                                   "ranks' timeline beside them (swinkit-timeline.json)")
     p.add_argument("--timeline", help="write the ranks' timelines here as one Chrome/Perfetto "
                                       "trace (a track per rank)")
     p.add_argument("--ddp-timers", action=argparse.BooleanOptionalAction, default=None,
@@ -171,6 +173,8 @@ def _ddp(args) -> int:
             result = run_ddp(spec, quiet=False)
             if args.json_path and result is not None:
                 write_json_atomic(args.json_path, result)
+            if args.trace and not args.timeline:  # the ranks' timeline beside the profiler's
+                args.timeline = str(Path(args.trace) / "swinkit-timeline.json")
             if args.timeline and result is not None and not args.bare:
                 write_json_atomic(args.timeline, chrome_trace(
                     {r["rank"]: r["timeline"] for r in result["ranks"]}, result["warmup"]))

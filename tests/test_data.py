@@ -111,3 +111,58 @@ def test_missing_or_empty_root_says_how_to_make_data(tmp_path):
 def test_too_few_images_for_the_world_size(test_cfg):
     with pytest.raises(DataError, match="cannot fill one batch"):
         build_loader(test_cfg, world_size=8, workers=0)
+
+
+class _TimedItems:
+    """A stand-in dataset: item i says when it was loaded (perf_counter is CLOCK_MONOTONIC,
+    one clock for every process of the host, loader workers included)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import time
+        return {"index": i, "loaded_at": time.perf_counter()}
+
+
+def test_endless_sampler_covers_each_shard_once_per_pass_and_reshuffles():
+    """8 items, 2 ranks, batches of 2: every pass gives each rank 4 items, the ranks' items are
+    disjoint and together all 8, pass 0 is DistributedSampler's epoch 0, passes differ."""
+    from itertools import islice
+
+    from torch.utils.data import DistributedSampler
+
+    from swinkit.data.loader import EndlessShardSampler
+    data = _TimedItems(8)
+    streams = {r: list(islice(iter(EndlessShardSampler(data, 2, r, seed=0, batch_size=2)), 12))
+               for r in (0, 1)}
+    for k in range(3):
+        passes = {r: streams[r][4 * k:4 * (k + 1)] for r in (0, 1)}
+        assert sorted(passes[0] + passes[1]) == list(range(8)), passes
+    reference = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=0, drop_last=True)
+    reference.set_epoch(0)
+    assert streams[0][:4] == list(reference)
+    assert streams[0][:4] != streams[0][4:8] or streams[0][4:8] != streams[0][8:12]
+
+
+def test_epoch_boundary_does_not_restart_the_loader(test_cfg):
+    """A consumer slower than its loader worker (0.2 s per batch): every batch, the first of
+    each new pass over the 8 items included, was loaded before the consumer asked for it.
+    A loader restarted at each epoch loses its prefetch and loads that batch only on request."""
+    import time
+
+    from swinkit.data.loader import batches
+    loader = build_loader(test_cfg, dataset=_TimedItems(8), workers=1, timeout_s=60)
+    stream = batches(loader)
+    next(stream)                                    # the worker starts up
+    late = []
+    for step in range(1, 12):                       # passes of 4 batches: boundaries at 4 and 8
+        time.sleep(0.2)
+        asked = time.perf_counter()
+        batch = next(stream)
+        if max(batch["loaded_at"]) > asked:          # pseudo_collate: a dict of lists
+            late.append(step)
+    assert late == [], f"batches {late} were loaded only when asked for (epoch restart)"

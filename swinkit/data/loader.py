@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 from mmengine.dataset import pseudo_collate
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from swinkit.config import default_data_root
 from swinkit.data.errors import DataError
@@ -66,33 +66,58 @@ def build_loader(cfg, dataset=None, rank: int = 0, world_size: int = 1,
     if len(dataset) < world_size * cfg.images_per_rank:
         raise DataError(f"{len(dataset)} training images at {cfg.data_root} cannot fill one batch "
                         f"of {cfg.images_per_rank} on each of {world_size} ranks")
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed, drop_last=True)
+    sampler = EndlessShardSampler(dataset, world_size, rank, seed, cfg.images_per_rank)
     return DataLoader(dataset, batch_size=cfg.images_per_rank, sampler=sampler,
                       num_workers=workers, collate_fn=pseudo_collate, drop_last=True,
                       persistent_workers=workers > 0, timeout=timeout_s if workers else 0,
                       generator=torch.Generator().manual_seed(seed))
 
 
+class EndlessShardSampler(Sampler):
+    """This rank's shard, pass after pass without end, each pass shuffled as
+    ``DistributedSampler`` shuffles epoch ``pass`` (so pass 0 is its epoch 0).
+
+    One endless stream means the DataLoader's iterator, and its workers' prefetching, never
+    restart: epoch boundaries do not show in measured iterations (with a restarting iterator,
+    the first batch of every epoch waits for workers with nothing prefetched, and a small data
+    set at a large world size has an epoch every few iterations). Each pass keeps whole batches
+    only, so no batch straddles two passes. Written here rather than taken from MMEngine's
+    ``InfiniteSampler``, which reads rank and world size from the process group: the loader
+    benchmark and the tests build any rank's shard explicitly.
+    """
+
+    def __init__(self, dataset, num_replicas: int, rank: int, seed: int, batch_size: int):
+        self.shard = DistributedSampler(dataset, num_replicas=num_replicas, rank=rank,
+                                        shuffle=True, seed=seed, drop_last=True)
+        self.batch_size = batch_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The pass the next ``iter()`` starts at."""
+        self.epoch = epoch
+
+    def __iter__(self):
+        epoch = self.epoch
+        while True:
+            self.shard.set_epoch(epoch)
+            indices = list(self.shard)
+            yield from indices[:len(indices) - len(indices) % self.batch_size]
+            epoch += 1
+
+
 def batches(loader: DataLoader):
-    """Endless iteration over a loader, advancing the sampler's epoch each pass.
+    """Endless iteration over a loader (its sampler is endless: one iterator, never restarted).
 
     Worker failures come out as :class:`LoaderError` with what happened: torch's own messages
     ("DataLoader worker (pid 123) is killed by signal: Killed") do not say what to look at.
     """
-    epoch = 0
+    iterator = iter(loader)
     while True:
-        loader.sampler.set_epoch(epoch)
-        iterator = iter(loader)
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            except RuntimeError as exc:
-                raise _loader_error(exc, loader, iterator) from exc
-            yield batch
-        epoch += 1
+        try:
+            batch = next(iterator)
+        except RuntimeError as exc:
+            raise _loader_error(exc, loader, iterator) from exc
+        yield batch
 
 
 class LoaderError(RuntimeError):
