@@ -17,19 +17,28 @@ def _m(ws, **phases):
     return Measured(ws, sum(comps.values()), comps)
 
 
-def test_thesis_speedups_reproduce_its_efficiencies():
-    """Per-iteration times built from the thesis's speedups give back S(N) and E(N) = S/N:
-    all platforms below 0.5 at 4 GPUs, as the thesis reports."""
-    for platform, speedups in THESIS_SPEEDUPS.items():
-        t1 = 1.0
-        for n, s in speedups.items():
-            tn = n * t1 / s   # weak scaling: S = N T(1) / T(N)
-            assert scaling.speedup(t1, tn, n) == pytest.approx(s)
-            assert scaling.efficiency(t1, tn) == pytest.approx(s / n)
-        if 4 in speedups:
-            assert speedups[4] / 4 < 0.5, platform
-    assert THESIS_SPEEDUPS["CRC V100 (PCIe)"][4] / 4 == pytest.approx(0.365)
-    assert THESIS_SPEEDUPS["CRC A100 (PCIe)"][2] / 2 == pytest.approx(0.875)
+def test_per_iteration_speedup_equals_the_thesis_speedup_on_training_time():
+    """Two formulas that must agree: ours, S = N t(1) / t(N) on per-iteration times, and the
+    thesis's equation 3.1, T_s / T_p on whole-training times of its weak-scaling run (160K / N
+    iterations). Per-iteration times 1.0, 1.3, 2.6 s give hours 44.4, 28.9, 28.9 -> 1.538, 1.538."""
+    times = {1: 1.0, 2: 1.3, 4: 2.6}
+    hours = {n: scaling.projected_training_s(t, n, 160_000) / 3600 for n, t in times.items()}
+    assert hours[2] == pytest.approx(160_000 / 2 * 1.3 / 3600)
+    for n, t in times.items():
+        assert scaling.speedup(times[1], t, n) == pytest.approx(hours[1] / hours[n])
+        assert scaling.efficiency(times[1], t) == pytest.approx(hours[1] / hours[n] / n)
+    assert scaling.speedup(1.0, 2.6, 4) == pytest.approx(1.5385, abs=1e-4)
+
+
+def test_recorded_thesis_speedups_match_the_thesis_text():
+    """Statements of the thesis's section 5.2, checked against the recorded values: 1 -> 2 GPUs
+    "1.4x on average", the lowest "CRC A100_NVLINK at a value of 1.17x", and "at 4 GPUs, all
+    platforms achieve sub-0.5 parallel efficiency"."""
+    two = [s[2] for s in THESIS_SPEEDUPS.values()]
+    assert sum(two) / len(two) == pytest.approx(1.4, abs=0.06)
+    assert min(two) == THESIS_SPEEDUPS["CRC A100_NVLINK"][2] == 1.17
+    four = {k: s[4] for k, s in THESIS_SPEEDUPS.items() if 4 in s}
+    assert four and all(s / 4 < 0.5 for s in four.values())
 
 
 def test_karp_flatt_known_values():

@@ -118,8 +118,21 @@ def test_allreduce_correctness_check_passes_and_reports_bandwidth(no_orphans):
     fp32 = summary["ddp_buckets/fp32"]
     assert fp32["bytes"] == 3000 * 4 and fp32["buckets"] == 2
     assert summary["ddp_buckets/bf16"]["bytes"] == 3000 * 2
-    for algbw, busbw in zip(fp32["algbw_gbps"], fp32["busbw_gbps"]):
-        assert busbw == pytest.approx(algbw)  # 2 (N-1)/N = 1 at N = 2
+    for t, algbw in zip(fp32["seconds"], fp32["algbw_gbps"]):
+        assert algbw == pytest.approx(3000 * 4 / t / 1e9)
+
+
+def test_bus_bandwidth_where_the_candidate_formulas_differ():
+    """nccl-tests' convention, by hand: 1e9 bytes in 0.5 s is algbw 2 GB/s; busbw multiplies by
+    2 (N-1) / N: 2 at N=2 (equal to algbw, as several wrong formulas would be), 3.0 at N=4,
+    3.5 at N=8 (N-1 or 2N alone give other values)."""
+    from swinkit.workloads.allreduce import summarize_rank0
+    rank0 = {"times": {"flat/fp32": [0.5]}, "sizes": {"flat": [250_000_000],
+             "segmentor_flat": [250_000_000]}, "bare_times": [0.5]}
+    for world, busbw in ((2, 2.0), (4, 3.0), (8, 3.5)):
+        out = summarize_rank0(rank0, world)["flat/fp32"]
+        assert out["algbw_gbps"] == [pytest.approx(2.0)]
+        assert out["busbw_gbps"] == [pytest.approx(busbw)]
 
 
 def test_corrupted_reduction_fails_with_the_count(no_orphans):
