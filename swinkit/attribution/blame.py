@@ -29,6 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from swinkit.measure.phases import BLAME_KEYS, PHASES, UNATTRIBUTED
+from swinkit.measure.timeline import phase_durations
 
 RESOLUTION_S = 1e-6  # differences below a microsecond are clock rounding, not causes
 
@@ -90,6 +91,18 @@ def _work(intervals, start: float, end: float) -> dict[str, float]:
     return work
 
 
+def split_wait(arrive: float, done: float, last_arrival: float) -> tuple[float, float]:
+    """(sync_wait, transfer) of one rank's collective: waiting for the last rank's arrival,
+    capped at the rank's own span (a root may finish before the last rank arrives), and the rest.
+
+    >>> split_wait(0.0, 0.10, 0.08)
+    (0.08, 0.020000000000000004)
+    """
+    span = max(done - arrive, 0.0)
+    wait = min(max(min(done, last_arrival) - arrive, 0.0), span)
+    return wait, span - wait
+
+
 def charge_wait(wait: float, late: dict[str, float], waiting: dict[str, float]) -> tuple[dict, float]:
     """Split ``wait`` over the phases in which the late rank worked longer than the waiting one.
 
@@ -131,10 +144,8 @@ def compute_blame(timelines: dict[int, list[dict]], warmup: int = 0) -> BlameRes
 
 
 def _start_row(iteration: dict) -> dict:
-    blame = dict.fromkeys(BLAME_KEYS, 0.0)
-    marks = iteration["marks"]
-    for (_, t0), (name, t1) in zip(marks, marks[1:]):
-        blame[name] += t1 - t0
+    """Blame starts as the rank's phases; collectives then move their waits to causes."""
+    blame = {**phase_durations(iteration), UNATTRIBUTED: 0.0}
     return {"blame": blame, "sync_wait": dict.fromkeys(PHASES, 0.0),
             "transfer": dict.fromkeys(PHASES, 0.0)}
 
@@ -146,13 +157,12 @@ def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult
     arrival = here[last].arrive
     for r in ranks:
         s = here[r]
-        span = max(s.done - s.arrive, 0.0)
-        wait = min(max(min(s.done, arrival) - s.arrive, 0.0), span)
+        wait, transfer = split_wait(s.arrive, s.done, arrival)
         row = per_iter[r][s.iteration]
         row["sync_wait"][s.phase] += wait
-        row["transfer"][s.phase] += span - wait
-        row["blame"][s.phase] -= span
-        row["blame"]["exposed_comm"] += span - wait
+        row["transfer"][s.phase] += transfer
+        row["blame"][s.phase] -= wait + transfer
+        row["blame"]["exposed_comm"] += transfer
         if wait <= RESOLUTION_S:  # kept in the sum, but no cause is read into clock rounding
             row["blame"][UNATTRIBUTED] += wait
             continue
@@ -213,6 +223,4 @@ def annotate(timelines: dict[int, list[dict]]) -> None:
         arrival = max(flat[r][k]["arrive"] for r in ranks)
         for r in ranks:
             c = flat[r][k]
-            span = max(c["done"] - c["arrive"], 0.0)
-            c["sync_wait_s"] = min(max(min(c["done"], arrival) - c["arrive"], 0.0), span)
-            c["transfer_s"] = span - c["sync_wait_s"]
+            c["sync_wait_s"], c["transfer_s"] = split_wait(c["arrive"], c["done"], arrival)
