@@ -67,6 +67,27 @@ def _min_window(window: Any) -> int:
     return window if isinstance(window, int) else min(window)
 
 
+def _shrunk_windows_tile(crop: tuple[int, int], window: Any, stages: int = 4) -> bool:
+    """Whether a crop tiles without padding once small maps shrink the window.
+
+    A stage whose token map has its shorter side within the window attends in windows of that
+    side (swinkit.model.swinv2_blocks.effective_window, after the SwinV2 authors' reference
+    implementation), so a crop smaller than patch_size x window_size can still tile exactly:
+    64x64 with window 32 gives maps 16, 8, 4, 2, each one window. Such crops are the ones the
+    reference takes; sides must still halve exactly at every patch merging.
+    """
+    if any(side % TOTAL_STRIDE for side in crop):
+        return False
+    windows = (window,) * stages if isinstance(window, int) else tuple(window)
+    h, w = crop[0] // PATCH_SIZE, crop[1] // PATCH_SIZE
+    for win in windows:
+        tile = min(h, w) if min(h, w) <= win else win
+        if h % tile or w % tile:
+            return False
+        h, w = h // 2, w // 2
+    return True
+
+
 def validate(cfg) -> None:
     """Check the knobs a user is likely to get wrong; raise ValueError naming field and value."""
     crop = cfg.get("crop_size")
@@ -80,16 +101,19 @@ def validate(cfg) -> None:
     if cfg.get("device") not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {cfg.get('device')!r}")
     window = cfg.model.backbone.window_size
-    # The stage-1 token grid must tile into whole windows, and the deepest stage must exist:
-    # the model would pad anything else, but a training crop that needs padding wastes compute
-    # on every step and is almost always a typo.
+    # The stage-1 token grid must tile into whole windows (the configured ones, or the shrunk
+    # ones of a map no larger than the window), and the deepest stage must exist: the model
+    # would pad anything else, but a training crop that needs padding wastes compute on every
+    # step and is almost always a typo.
     grid = PATCH_SIZE * _min_window(window)
     for side in crop:
-        if side % grid or side < TOTAL_STRIDE:
+        off_grid = side % grid and not _shrunk_windows_tile(tuple(crop), window)
+        if off_grid or side < TOTAL_STRIDE:
             raise ValueError(
                 f"crop_size {tuple(crop)} cannot be taken by the model: each side must be a "
                 f"multiple of patch_size x window_size = {PATCH_SIZE} x {_min_window(window)} "
-                f"= {grid} and at least {TOTAL_STRIDE}")
+                f"= {grid} and at least {TOTAL_STRIDE} (or, for a crop smaller than that, "
+                f"tile into windows of its shorter side at every stage)")
 
 
 def _replace_type(node: Any, old: str, new: str) -> Any:

@@ -125,7 +125,9 @@ class SwinV2(SwinV2Encoder):
         with_cp: activation checkpointing per block (trades compute for memory).
 
     Forward: (B, 3, H, W) -> tuple of (B, C_i, ceil(H/s_i), ceil(W/s_i)) for s_i = 4, 8, 16, 32
-    and each i in ``out_indices``; any H, W is accepted (padded to the window grid inside).
+    and each i in ``out_indices``; any H, W is accepted. A stage whose map is no larger than
+    its window along the shorter side attends with a window of that side and no shift; larger
+    maps are padded to the window grid inside.
     """
 
     def __init__(self, arch: str | dict = "B", out_indices: Sequence[int] = (0, 1, 2, 3),
@@ -137,7 +139,7 @@ class SwinV2(SwinV2Encoder):
         self.out_indices = tuple(out_indices)
         # One LayerNorm per returned stage, as MMSeg's Swin does for its decode heads.
         self.out_norms = nn.ModuleDict({str(i): nn.LayerNorm(self.channels[i]) for i in out_indices})
-        self.apply(_init_weights)
+        _initialise(self)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outs = []
@@ -159,11 +161,20 @@ class SwinV2Classifier(SwinV2Encoder):
         super().__init__(arch, **kwargs)
         self.norm = nn.LayerNorm(self.channels[-1])
         self.head = nn.Linear(self.channels[-1], num_classes)
-        self.apply(_init_weights)
+        _initialise(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens, _, _ = self.stage_outputs(x)[-1]
         return self.head(self.norm(tokens).mean(dim=1))
+
+
+def _initialise(model: nn.Module) -> None:
+    """The reference's initialisation: truncated-normal linears, unit LayerNorms, then every
+    block's res-post-norms zeroed (see :meth:`SwinV2Block.zero_res_post_norm`)."""
+    model.apply(_init_weights)
+    for module in model.modules():
+        if isinstance(module, SwinV2Block):
+            module.zero_res_post_norm()
 
 
 def _init_weights(m: nn.Module) -> None:
