@@ -6,7 +6,9 @@
 #
 # Steps: 1 venv, 2 torch + build tools, 3 mmcv 2.1.0 from source with its ops (~15 min on 2
 # cores the first time; pip caches the wheel, so later machines/venvs reuse it), 4 swinkit
-# editable with its test extras. A failed step says which one and how to retry.
+# editable with its test extras, 5 DeepSpeed (pinned, pure Python: its C++/CUDA ops are left to
+# build on demand, DS_BUILD_OPS=0; --no-deps so it can never replace torch). A failed step says
+# which one and how to retry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -14,9 +16,11 @@ VENV=.venv
 STAMP_KEY=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -c1-16)
 STAMP="$VENV/.swinkit-setup-$STAMP_KEY"
 
-step() { echo "[setup] step $1/4: $2"; CURRENT="$1 ($2)"; }
+step() { echo "[setup] step $1/5: $2"; CURRENT="$1 ($2)"; }
 fail() { echo "[setup] FAILED at step $CURRENT. Fix the error above and re-run: bash tools/setup.sh" >&2; }
 trap fail ERR
+
+"$PY" tools/fetch_asv_assets.py || echo "[setup] warning: the offline asv page's libraries were not fetched (see above); tools/suite.py will name what is missing" >&2
 
 if [ -f "$STAMP" ] && "$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models" 2>/dev/null; then
     echo "[setup] environment ready ($VENV)"
@@ -40,6 +44,14 @@ fi
 step 4 "swinkit (editable) with test extras"
 "${PIP[@]}" install -q --no-build-isolation -e ".[test]"
 "$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models"
+
+step 5 "DeepSpeed 0.19.8 (ops build on demand: DS_BUILD_OPS=0)"
+if ! "$VENV/bin/python" -c "import deepspeed" 2>/dev/null; then
+    echo "torch==2.13.0" > "$VENV/torch-pin.txt"
+    "${PIP[@]}" install -q -c "$VENV/torch-pin.txt" einops hjson msgpack py-cpuinfo "pydantic>=2" tqdm
+    DS_BUILD_OPS=0 "${PIP[@]}" install -q --no-deps --no-build-isolation "deepspeed==0.19.8"
+fi
+"$VENV/bin/python" -c "import torch, deepspeed; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 rm -f "$VENV"/.swinkit-setup-*
 touch "$STAMP"
 echo "[setup] environment ready ($VENV)"
