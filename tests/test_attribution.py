@@ -1,4 +1,5 @@
 """Scaling arithmetic, the loss split, prediction and recommendations (numbers only)."""
+import json
 import math
 
 import pytest
@@ -179,3 +180,91 @@ def test_loader_headroom_and_binding_projection():
     assert h["binds_at_world_size"] is None
     assert h["projected_binding_world_size"] == 9   # 32 images/s total / 4 per rank, + 1
     assert loader_headroom({1: 3.0}, {1: 4.0})["binds_at_world_size"] == 1
+
+
+SCALE = {"cpu": 10.0, "test": 1.0}  # the presets' model times differ tenfold
+
+
+def _asv_result(tmp_path, model_presets, ddp_preset):
+    """An asv results folder in asv's own layout (result_columns), with the DDP benchmarks at
+    world size 1 and the model benchmark for ``model_presets``, and tools/suite.py's record
+    of the DDP run's preset."""
+    from swinkit.attribution import asv_names as names
+    cols = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+            "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+            "samples", "profile"]
+
+    def row(params, values):
+        return [values, params, "v", 0, 0, None, None, values, values, None, None, None, None]
+    blame_keys = list(COMPONENTS)
+    model_combos = [(p, b, s, o) for p in model_presets for b in ("per_rank",)
+                    for s in ("segmentor",) for o in ("forward", "forward_backward", "optimizer")]
+    results = {
+        names.DDP_ITERATION: row([["1"]], [1.0]),
+        names.DDP_BLAME: row([["1"], blame_keys], [0.1] * len(blame_keys)),
+        names.DDP_LOADER_WORKERS: row([["1"]], [0]),
+        names.DDP_IMAGES_PER_RANK: row([["1"]], [2]),
+        names.DDP_LAST_BUCKET_FRACTION: row([["1"]], [0.5]),
+        names.LOADER_SUPPLY: row([["1"], ["0"]], [100.0]),
+        names.ALLREDUCE_TIME: row([["1"], ["'preset_buckets'"], ["'fp32'"]], [0.01]),
+        # params of several axes: one value per combination, in itertools.product order
+        names.MODEL_TIME: [[v * SCALE[p] for p in model_presets for v in (0.2, 0.5, 0.05)],
+                           [[f"'{p}'" for p in model_presets], ["'per_rank'"], ["'segmentor'"],
+                            ["'forward'", "'forward_backward'", "'optimizer'"]]]
+        + row([], [])[2:],
+    }
+    assert len(model_combos) == len(results[names.MODEL_TIME][0])
+    machine = tmp_path / "results" / "box"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text("{}")
+    (machine / "abcdef12-env.json").write_text(json.dumps(
+        {"commit_hash": "abcdef1234", "date": 1, "result_columns": cols, "results": results}))
+    record = names.environment_path(tmp_path / "results", "box", "abcdef1234")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"preset": ddp_preset}))
+    return tmp_path / "results"
+
+
+def test_prediction_uses_the_ddp_runs_preset_or_none(tmp_path):
+    """The model benchmark measured presets cpu (listed first) and test; the DDP run was test:
+    the prediction must use test's forward, 0.2 s, not cpu's 2.0 s."""
+    from swinkit.attribution.inputs import from_asv
+    results = _asv_result(tmp_path / "a", ["cpu", "test"], "test")
+    inputs = from_asv(results)
+    assert inputs.isolated[1].forward_s == pytest.approx(0.2)
+    # only cpu measured, DDP ran test: no prediction, and a note that says why
+    inputs = from_asv(_asv_result(tmp_path / "b", ["cpu"], "test"))
+    assert inputs.isolated == {}
+    assert any("no measurement of preset test" in n for n in inputs.meta["notes"])
+    report = analyse(inputs)
+    assert report["runs"][0]["predicted_iter_s"] is None
+
+
+def test_strong_scaling_compares_with_one_rank_doing_all_the_work():
+    """Global batch 4: one rank takes 1.0 s for 4 images, two ranks 0.6 s for 2 each. Strong
+    scaling by its textbook definitions: S = T1 / T2 = 1.667, E = S / N = 0.833, and the lost
+    time is 0.6 - 1.0 / 2 = 0.1 s. (Weak-scaling formulas on the same times would say
+    S = 3.33 and E = 1.67, a gain.)"""
+    one = Measured(1, 1.0, {c: 1.0 / len(COMPONENTS) for c in COMPONENTS},
+                   extra={"images_per_rank": 4})
+    two = Measured(2, 0.6, {c: 0.6 / len(COMPONENTS) for c in COMPONENTS},
+                   extra={"images_per_rank": 2})
+    row = scaling_rows({1: one, 2: two})[1]
+    assert row["speedup"] == pytest.approx(1.0 / 0.6)
+    assert row["efficiency"] == pytest.approx(1.0 / 0.6 / 2)
+    assert row["loss"]["lost_s"] == pytest.approx(0.1)
+    # weak scaling (images per rank equal, or not recorded): the thesis's equations
+    one.extra["images_per_rank"] = two.extra["images_per_rank"] = 2
+    row = scaling_rows({1: one, 2: two})[1]
+    assert row["speedup"] == pytest.approx(2 * 1.0 / 0.6)
+    assert row["loss"]["lost_s"] == pytest.approx(-0.4)
+
+
+def test_strong_scaling_splits_the_global_batch_or_says_why_not():
+    from swinkit.workloads.attribution_run import images_per_rank
+    assert images_per_rank("test", [1, 2], "strong") == {1: 4, 2: 2}
+    assert images_per_rank("test", [1, 2], "weak") == {1: 2, 2: 2}
+    with pytest.raises(ValueError, match="does not divide among world sizes \\[3\\]"):
+        images_per_rank("test", [1, 3, 4], "strong")  # 8 images among 3 ranks
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        images_per_rank("test", [1], "linear")

@@ -7,6 +7,8 @@ Examples:
         --json a.json --html a.html
     .venv/bin/python tools/attribute.py --run --preset test --world-sizes 1,2 \
         --inject data_ms=40,ranks=1                          # a slow loader on rank 1
+    .venv/bin/python tools/attribute.py --run --preset test --what-if bf16_hook,accum_2
+    .venv/bin/python tools/attribute.py --list-remedies      # the what-if catalogue
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
 2 bad arguments; 3 no usable measurements (the message says which command makes them).
@@ -37,6 +39,15 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", help="with --run: known costs, e.g. data_ms=40,ranks=1 (see "
                                     "swinkit ddp); a one-rank injection applies only at world "
                                     "sizes where that rank exists")
+    p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
+                   help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
+                        "the global batch fixed (the preset's images per rank x the largest "
+                        "world size), divided among the ranks")
+    p.add_argument("--what-if", metavar="NAMES",
+                   help="with --run: predict each remedy (comma-separated names, 'default' or "
+                        "'all'; see --list-remedies) from its components, write the "
+                        "predictions, then run it and report predicted vs measured")
+    p.add_argument("--list-remedies", action="store_true", help="list the what-if catalogue")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--html", help="write an offline HTML report here (PNGs beside it)")
     return p
@@ -54,6 +65,12 @@ def _world_sizes(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
+    if args.list_remedies:
+        from swinkit.workloads.remedies import CATALOGUE, DEFAULT
+        for name, remedy in CATALOGUE.items():
+            print(f"{name:20s}{'*' if name in DEFAULT else ' '} {remedy.what}")
+        print("* run by default (asv's bench_whatif; --what-if default)")
+        return 0
     from swinkit.attribution.analysis import analyse
     from swinkit.attribution.inputs import InputError, from_asv
     from swinkit.workloads.attribution_run import from_run
@@ -64,13 +81,27 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.workloads.inject import parse_injection
 
     try:
+        remedies = None
+        if args.what_if:
+            if not args.run:
+                raise ValueError("--what-if runs the remedies: it needs --run")
+            from swinkit.workloads.remedies import select
+            remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
             inputs = from_run(args.preset, _world_sizes(args.world_sizes),
                               parse_injection(args.inject), iters=args.iters,
-                              repeats=args.repeats)
+                              repeats=args.repeats, scaling=args.scaling)
         else:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
         against = from_asv(Path(args.results), args.machine, args.against) if args.against else None
+        report = analyse(inputs, against)
+        if remedies is not None:
+            from swinkit.workloads.whatif_run import what_if
+            predictions = (Path(args.json).with_suffix(".predictions.json") if args.json
+                           else ROOT / "results" / "what-if.predictions.json")
+            report.update(what_if(args.preset, _world_sizes(args.world_sizes), remedies,
+                                  iters=args.iters, injection=parse_injection(args.inject),
+                                  predictions_path=predictions))
     except InputError as exc:
         print(f"attribute: {exc}", file=sys.stderr)
         return 3
@@ -80,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"attribute: error: {exc}", file=sys.stderr)
         return 2
-    report = analyse(inputs, against)
     print(text_report(report))
     if args.json:
         write_json_atomic(args.json, report)

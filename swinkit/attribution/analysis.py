@@ -13,10 +13,11 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
     rows = scaling_rows(inputs.measured)
     for row in rows:
         iso = inputs.isolated.get(row["world_size"])
-        if iso is None:
+        pred = inputs.predicted.get(row["world_size"])
+        if pred is None and iso is None:
             row.update(predicted_iter_s=None, prediction_error=None, accuracy_pct=None)
             continue
-        pred = predict(iso)
+        pred = pred or predict(iso)
         per_launch = [prediction_error(pred["predicted_iter_s"], t)["prediction_error"]
                       for t in row["launch_iter_s"]]
         row.update(predicted_iter_s=pred["predicted_iter_s"],
@@ -42,6 +43,8 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
     report = {
         **{k: inputs.meta.get(k) for k in ("commit", "machine", "preset", "backend", "source")},
         "injection": inputs.meta.get("injection"),
+        "scaling": inputs.meta.get("scaling", "weak"),
+        "scaling_formulas": SCALING_FORMULAS[inputs.meta.get("scaling", "weak")],
         "world_sizes": sorted(inputs.measured),
         "runs": rows,
         "loss_shares": {str(r["world_size"]): r["loss"]["shares_pct"] for r in rows
@@ -60,6 +63,13 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         report["against"] = compare(against, inputs)
     return report
 
+
+SCALING_FORMULAS = {
+    "weak": "images per rank fixed: S(N) = N T(1) / T(N), E(N) = T(1) / T(N), "
+            "lost time = T(N) - T(1)",
+    "strong": "global batch fixed: S(N) = T(1) / T(N), E(N) = T(1) / (N T(N)), "
+              "lost time = T(N) - T(1) / N",
+}
 
 # Plain words for the blame keys, for the one-line verdict.
 PLAIN = {"data_wait": "data loading", "forward": "forward compute", "backward": "backward compute",

@@ -26,6 +26,9 @@ class InputError(ValueError):
 class Inputs:
     measured: dict[int, Measured]
     isolated: dict[int, Isolated] = field(default_factory=dict)
+    # The co-located oracle's predictions (swinkit.attribution.oracle), where measured; they
+    # take the place of the prediction from ``isolated``.
+    predicted: dict[int, dict] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     skipped_files: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -87,6 +90,7 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
     machine, commit, data, skipped = _load_results(Path(results_dir), machine, commit)
     blame = _table(data, names.DDP_BLAME)
     caused = _table(data, names.DDP_WAIT_CAUSED)
+    images = _table(data, names.DDP_IMAGES_PER_RANK)
     stragglers = _table(data, names.DDP_STRAGGLER_RANK)
     measured = {}
     for (ws,), it in _table(data, names.DDP_ITERATION).items():
@@ -101,12 +105,15 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
                                   if (ws, c) in caused and caused[(ws, c)]["value"] > 0}}
         measured[int(ws)] = Measured(int(ws), it["value"], comps, iqr,
                                      len(it["samples"]) if it.get("samples") else None,
-                                     extra={"straggler": straggler})
+                                     extra={"straggler": straggler,
+                                            "images_per_rank": images.get((ws,), {}).get("value")})
     env = _environment(Path(results_dir), machine, commit)
     inputs = Inputs(measured, meta={"commit": commit, "machine": machine, "source": "asv",
                                     "preset": env.get("preset"), "backend": env.get("backend"),
                                     "environment": env}, skipped_files=skipped)
-    inputs.isolated = _isolated_from_asv(data, measured)
+    inputs.isolated, note = _isolated_from_asv(data, measured, env.get("preset"))
+    if note:
+        inputs.meta["notes"] = [note]
     return inputs
 
 
@@ -118,25 +125,35 @@ def _environment(results_dir: Path, machine: str, commit: str) -> dict:
         return {}
 
 
-def _isolated_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, Isolated]:
+def _isolated_from_asv(data: dict, measured: dict[int, Measured],
+                       preset: str | None) -> tuple[dict[int, Isolated], str | None]:
+    """The isolated components of the DDP run's own preset, and a note where there are none:
+    components of another preset would predict another workload (the model benchmark measures
+    every preset it can, the DDP benchmark one)."""
     model = _table(data, names.MODEL_TIME)
+    if preset is None:
+        return {}, ("no prediction: the DDP run's preset is not recorded (tools/suite.py writes "
+                    "it), so the isolated components cannot be matched to it")
+    if not any(p == preset and b == "per_rank" for (p, b, s, o) in model):
+        measured_presets = sorted({p for (p, *_rest) in model})
+        return {}, (f"no prediction: the model benchmark has no measurement of preset {preset} "
+                    f"(it has {measured_presets or 'none'})")
     supply = _table(data, names.LOADER_SUPPLY)
     comm = _table(data, names.ALLREDUCE_TIME)
     meta = _table(data, names.DDP_LAST_BUCKET_FRACTION)
     layout = _table(data, names.DDP_LOADER_WORKERS)
     images = _table(data, names.DDP_IMAGES_PER_RANK)
+    get = lambda op: model[(preset, "per_rank", "segmentor", op)]["value"]  # noqa: E731
     out = {}
     for ws in measured:
         key = (str(ws),)
         try:
-            preset = next(p for (p, b, s, o) in model if b == "per_rank")
-            get = lambda op: model[(preset, "per_rank", "segmentor", op)]["value"]  # noqa: E731
             workers = int(layout[key]["value"])
             out[ws] = Isolated(ws, get("forward"), get("forward_backward"), get("optimizer"),
                                int(images[key]["value"]), workers,
                                supply[(str(ws), str(workers))]["value"],
                                comm[(str(ws), "preset_buckets", "fp32")]["value"],
                                meta[key]["value"])
-        except (StopIteration, KeyError):
+        except KeyError:
             continue  # that component was not measured at this world size: no prediction
-    return out
+    return out, None

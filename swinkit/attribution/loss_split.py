@@ -44,6 +44,15 @@ class Measured:
     launch_iter_s: list[float] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
+    def scaled(self, ratio: float) -> "Measured":
+        """This run with every time multiplied by ``ratio``: world size 1's iteration scaled
+        to the work one rank does at N (strong scaling: 1/N of it), the perfect-scaling
+        reference the lost time is measured from."""
+        return Measured(self.world_size, self.iter_s * ratio,
+                        {c: v * ratio for c, v in self.components_s.items()},
+                        self.iter_iqr_ratio, self.samples,
+                        [t * ratio for t in self.launch_iter_s], dict(self.extra))
+
     @property
     def unstable(self) -> bool:
         return self.iter_iqr_ratio is not None and self.iter_iqr_ratio > 0.10
@@ -114,7 +123,14 @@ def scaling_rows(measured: dict[int, Measured]) -> list[dict]:
     split of lost time against world size 1 (None where world size 1 is missing).
 
     With repeated interleaved launches, ``efficiency_interval`` is the range of the paired
-    launches' efficiencies T1_k / TN_k."""
+    launches' efficiencies.
+
+    Weak scaling (images per rank fixed, as the thesis ran) compares T(N) with T(1); strong
+    scaling (global batch fixed) with T(1) x images per rank at N / at 1, i.e. T(1) / N: the
+    iteration N ranks would take if they scaled perfectly. Each run's ``images_per_rank`` (in
+    ``extra``) gives the ratio, so one formula serves both:
+    E(N) = r T(1) / T(N), S(N) = N E(N), lost time = T(N) - r T(1) with r = 1 (weak), 1/N (strong).
+    """
     base = measured.get(1)
     rows = []
     for ws in sorted(measured):
@@ -126,12 +142,20 @@ def scaling_rows(measured: dict[int, Measured]) -> list[dict]:
                "speedup": None, "efficiency": None, "efficiency_interval": None,
                "karp_flatt": None, "loss": None}
         if base is not None:
-            s = scaling.speedup(base.iter_s, m.iter_s, ws)
-            row.update(speedup=s, efficiency=scaling.efficiency(base.iter_s, m.iter_s),
+            ideal = base.scaled(work_ratio(base, m))
+            s = scaling.speedup(ideal.iter_s, m.iter_s, ws)
+            row.update(speedup=s, efficiency=scaling.efficiency(ideal.iter_s, m.iter_s),
                        karp_flatt=None if ws == 1 else scaling.karp_flatt(s, ws),
                        efficiency_interval=_interval(
-                           [a / b for a, b in zip(base.launch_iter_s, m.launch_iter_s)]))
+                           [a / b for a, b in zip(ideal.launch_iter_s, m.launch_iter_s)]))
             if ws != 1:
-                row["loss"] = split_loss(base, m)
+                row["loss"] = split_loss(ideal, m)
         rows.append(row)
     return rows
+
+
+def work_ratio(base: Measured, run: Measured) -> float:
+    """Images per rank at ``run``'s world size over those at ``base``'s (1 when not recorded,
+    and for weak scaling)."""
+    a, b = base.extra.get("images_per_rank"), run.extra.get("images_per_rank")
+    return b / a if a and b else 1.0

@@ -69,7 +69,12 @@ def build_loader(cfg, dataset=None, rank: int = 0, world_size: int = 1,
     sampler = EndlessShardSampler(dataset, world_size, rank, seed, cfg.images_per_rank)
     return DataLoader(dataset, batch_size=cfg.images_per_rank, sampler=sampler,
                       num_workers=workers, collate_fn=pseudo_collate, drop_last=True,
-                      persistent_workers=workers > 0, timeout=timeout_s if workers else 0,
+                      # Config keys for the what-ifs; the defaults are today's loader. With the
+                      # endless sampler the iterator never restarts, so persistent_workers can
+                      # only matter for a loader that is rebuilt.
+                      persistent_workers=workers > 0 and bool(cfg.get("persistent_workers", True)),
+                      pin_memory=bool(cfg.get("pin_memory", False)) and torch.cuda.is_available(),
+                      timeout=timeout_s if workers else 0,
                       generator=torch.Generator().manual_seed(seed))
 
 

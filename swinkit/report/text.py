@@ -17,6 +17,7 @@ def text_report(r: dict) -> str:
     if parts:
         where = "all ranks" if inj.get("ranks") is None else "ranks " + "+".join(map(str, inj["ranks"]))
         lines.append(f"injected costs: {','.join(parts)} on {where}")
+    lines.append(f"{r.get('scaling', 'weak')} scaling: {r.get('scaling_formulas', '')}")
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]
     for row in r["runs"]:
@@ -36,7 +37,7 @@ def text_report(r: dict) -> str:
             + f"{row.get('residual_s', 0.0):>+10.4f}")
     lines += _verdicts(r)
     if r.get("prediction_accuracy_pct") is not None:
-        lines += ["", f"prediction from isolated components: {r['prediction_accuracy_pct']:.1f} % "
+        lines += ["", f"prediction from components: {r['prediction_accuracy_pct']:.1f} % "
                       "accurate on average (Kahira et al.'s oracle: 97.57 % for data parallelism)"]
     head = r.get("loader_headroom")
     if head and head["per_world_size"]:
@@ -54,6 +55,7 @@ def text_report(r: dict) -> str:
                          + (f" on rank {rec['rank']}" if rec.get("rank") is not None else "")
                          + f" (+{rec['efficiency_recoverable']:.2f} efficiency "
                          f"at N={rec['world_size']}): {rec['why']} -> {rec['what']}")
+    lines += _what_if(r)
     if r.get("against"):
         lines += ["", f"against {r['against']['commit']}:"]
         for ws, v in r["against"]["per_world_size"].items():
@@ -96,4 +98,30 @@ def _verdicts(r: dict) -> list[str]:
             lines.append(f"    {comp:<13} {share:6.1f} %  {'#' * max(int(share / 4), 0)}")
         for comp, gain in sorted(loss["gains_s"].items(), key=lambda kv: kv[1]):
             lines.append(f"    {comp:<13} gained {-gain:.4f} s")
+    return lines
+
+
+def _what_if(r: dict) -> list[str]:
+    """Predicted vs measured per remedy: the prediction was written before the remedy ran."""
+    rows = r.get("what_if")
+    if not rows:
+        return []
+    lines = ["", "what-ifs, predicted from components then run (s per iteration; efficiency "
+                 "against the baseline's smallest run):",
+             f"  {'remedy':<20}{'N':>3}{'predicted':>11}{'measured':>10}{'error':>8}"
+             f"{'E before':>10}{'E after':>9}  verdict"]
+    for row in rows:
+        if row["holds"] is None:
+            verdict = f"no change beyond noise ({row['noise_floor_s'] * 1e3:.1f} ms)"
+        elif row["holds"]:
+            verdict = "prediction holds (within 10 %)"
+        else:
+            verdict = f"prediction off: {row['why_not']}"
+        lines.append(f"  {row['name']:<20}{row['world_size']:>3}{row['predicted_iter_s']:>11.4f}"
+                     f"{row['measured_iter_s']:>10.4f}{row['prediction_error']:>+8.1%}"
+                     f"{row['efficiency_before']:>10.2f}{row['efficiency_after']:>9.2f}  {verdict}")
+    corr = {ws: v for ws, v in (r.get("what_if_rank_correlation") or {}).items() if v is not None}
+    if corr:
+        lines.append("  ranking of remedies, predicted vs measured (Spearman): "
+                     + ", ".join(f"N={ws}: {v:+.2f}" for ws, v in corr.items()))
     return lines

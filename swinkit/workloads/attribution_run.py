@@ -12,64 +12,98 @@ from swinkit.attribution.inputs import Inputs
 from swinkit.attribution.loss_split import COMPONENTS, Measured
 from swinkit.attribution.prediction import Isolated
 from swinkit.checks import check_int
+from swinkit.config import load_config
 from swinkit.dist import LaunchConfig, launch
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-from swinkit.workloads.forward_backward import measure_isolated
+from swinkit.workloads.components import predict_run
 from swinkit.workloads.inject import Injection
 from swinkit.workloads.sweep import oversubscribe_allowed
 
 
+SCALING = ("weak", "strong")
+
+
+def images_per_rank(preset: str, world_sizes, scaling: str) -> dict[int, int]:
+    """Images per rank at each world size. Weak scaling: the preset's, at every size (the
+    thesis's runs). Strong scaling: a global batch of the preset's images per rank times the
+    largest world size, divided evenly among the ranks."""
+    if scaling not in SCALING:
+        raise ValueError(f"scaling must be one of {SCALING}, got {scaling!r}")
+    per_rank = load_config(preset).images_per_rank
+    if scaling == "weak":
+        return {ws: per_rank for ws in world_sizes}
+    total = per_rank * max(world_sizes)
+    uneven = [ws for ws in world_sizes if total % ws]
+    if uneven:
+        raise ValueError(f"strong scaling: the global batch of {total} images does not divide "
+                         f"among world sizes {uneven}")
+    return {ws: total // ws for ws in world_sizes}
+
+
 def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: int = 3,
-             repeats: int = 3, progress=print) -> Inputs:
+             repeats: int = 3, scaling: str = "weak", progress=print) -> Inputs:
     """Measure now: the DDP iteration per world size, ``repeats`` times with the world sizes
     interleaved (1, 2, 1, 2, ...) so that a slow drift of a shared machine hits each alike and
-    the lost time carries its launch-to-launch spread; then each component in isolation."""
+    the lost time carries its launch-to-launch spread; then each component under the same
+    co-location, and the oracle's prediction from them."""
     check_int("repeats", repeats, 1)
+    images = images_per_rank(preset, world_sizes, scaling)
     injection = injection or Injection()
     notes = [f"injection {injection.describe()} is not applied at world size {ws}: "
              f"rank(s) {list(injection.ranks)} do not exist there"
              for ws in world_sizes if injection.active and not injection.for_world_size(ws).active]
     runs: dict[int, list[dict]] = {ws: [] for ws in world_sizes}
+    predictions: dict[int, list[dict]] = {ws: [] for ws in world_sizes}
+    # The components are measured in the same rounds as the DDP runs they predict, so a drift
+    # of a shared machine reaches the prediction and the measurement alike.
     for k in range(repeats):
         for ws in world_sizes:
             lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
+            spec = _spec(preset, ws, iters, warmup, lc, injection, images[ws])
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP iteration "
                      f"({warmup} + {iters} iterations)")
-            runs[ws].append(run_ddp(DDPRunSpec(preset=preset, world_size=ws, iters=iters,
-                                               warmup=warmup, launch=lc,
-                                               injection=injection.for_world_size(ws)),
-                                    progress=progress))
+            runs[ws].append(run_ddp(spec, progress=progress))
+            progress(f"[launch {k + 1}/{repeats}, world size {ws}] components under the same "
+                     "co-location: the loop with nothing communicated, then its collectives")
+            predictions[ws].append(predict_run(spec, progress=progress))
     measured = {ws: _measured(ws, rs) for ws, rs in runs.items()}
     extra = {ws: {"backend": rs[0]["backend"], "device": rs[0]["device"]} for ws, rs in runs.items()}
+    predicted = {ws: _median_prediction(ps) for ws, ps in predictions.items()}
     isolated = {}
-    compute = None
     for ws in world_sizes:
-        r = runs[ws][0]
+        r, pred = runs[ws][0], predicted[ws]
         lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
-        if compute is None:
-            progress("[isolated] forward/backward of the segmentor in one process")
-            compute = measure_isolated(preset, r["images_per_rank"], samples=5)["results"]
         progress(f"[world size {ws}] loader supply with {r['loader_workers']} workers per rank")
         supply = launch("swinkit.workloads.loader_throughput:loader_rank",
                         dict(preset=preset, data_root=None, workers=r["loader_workers"],
                              batches=10), lc, quiet=True).result["ranks"]
-        progress(f"[world size {ws}] all-reduce of the preset's {len(r['bucket_sizes_bytes'])} DDP buckets")
-        elems = [b // 4 for b in r["bucket_sizes_bytes"]]
-        comm = launch("swinkit.workloads.allreduce:allreduce_rank",
-                      dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
-                           sizes={"preset_buckets": elems, "segmentor_flat": [sum(elems)]}),
-                      lc, quiet=True).result["ranks"][0]
-        med = lambda op: statistics.median(compute[f"segmentor/{op}"]["seconds"])  # noqa: E731
+        local = pred["components_s"]
+        sizes = pred["bucket_sizes_bytes"]
         isolated[ws] = Isolated(
-            ws, med("forward"), med("forward_backward"), med("optimizer"), r["images_per_rank"],
-            r["loader_workers"], statistics.median(s["images_per_s"] for s in supply),
-            statistics.median(comm["times"]["preset_buckets/fp32"]),
-            r["bucket_sizes_bytes"][-1] / sum(r["bucket_sizes_bytes"]))
+            ws, local["forward"], local["forward"] + local["backward"] + local["exposed_comm"],
+            local["optimizer"], r["images_per_rank"], r["loader_workers"],
+            statistics.median(s["images_per_s"] for s in supply), sum(pred["bucket_comm_s"]),
+            sizes[-1] / sum(sizes) if sizes else 0.0)
     backend = extra[min(extra)]["backend"] if extra else None
-    return Inputs(measured, isolated, meta={"commit": None, "machine": None, "source": "run",
-                                            "preset": preset, "backend": backend,
-                                            "injection": injection.to_dict(),
-                                            "notes": notes, "repeats": repeats}, extra=extra)
+    meta = {"commit": None, "machine": None, "source": "run", "preset": preset,
+            "backend": backend, "injection": injection.to_dict(), "notes": notes,
+            "repeats": repeats, "scaling": scaling}
+    return Inputs(measured, isolated, predicted=predicted, meta=meta, extra=extra)
+
+
+def _median_prediction(predictions: list[dict]) -> dict:
+    """The launch whose predicted iteration is the median one (a whole prediction, so its
+    components still add up to it), with every launch's prediction beside it."""
+    ranked = sorted(predictions, key=lambda p: p["predicted_iter_s"])
+    chosen = dict(ranked[(len(ranked) - 1) // 2])
+    chosen["launch_predicted_iter_s"] = [p["predicted_iter_s"] for p in predictions]
+    return chosen
+
+
+def _spec(preset, ws, iters, warmup, lc, injection, images: int) -> DDPRunSpec:
+    return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
+                      injection=injection.for_world_size(ws),
+                      overrides={"images_per_rank": images})
 
 
 def _measured(world_size: int, runs: list[dict]) -> Measured:
@@ -86,4 +120,5 @@ def _measured(world_size: int, runs: list[dict]) -> Measured:
     return Measured(world_size, med(r["iter_s"] for r in runs),
                     {c: med(r["blame_s"][c] for r in runs) for c in COMPONENTS},
                     stats["iqr_ratio"], stats["n"], launch_iter_s=[r["iter_s"] for r in runs],
-                    extra={"straggler": straggler(caused), "skew_s": runs[0]["skew_s"]})
+                    extra={"straggler": straggler(caused), "skew_s": runs[0]["skew_s"],
+                           "images_per_rank": runs[0]["images_per_rank"]})

@@ -17,6 +17,7 @@ instrumentation costs).
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timeline import Timeline, estimate_clock_offsets, make_clock, phase_durations
 from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.workloads.ddp_options import DDPOptions
 from swinkit.workloads.errors import out_of_memory_named
 from swinkit.workloads.inject import (GATE, Injection, add_compute_delay, add_data_delay,
                                       comm_launcher)
@@ -52,6 +54,7 @@ class RankRun:
     buckets: ddp_hooks.BucketRecorder | None
     buffers: ddp_hooks.ModuleCollective | None
     stats: ddp_hooks.DDPStats | None
+    options: DDPOptions = field(default_factory=DDPOptions)
     cpu: CpuUsage = field(default_factory=CpuUsage)
     nvml: NvmlSampler | None = None
     losses: list = field(default_factory=list)
@@ -61,7 +64,9 @@ class RankRun:
 
 
 def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
-           bare: bool, ddp_timers: bool | None) -> RankRun:
+           bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool) -> RankRun:
+    """``local``: DDP over this rank alone with a hook that communicates nothing (the component
+    measurement: DDP's bucketing, hooks and buffers without the collectives)."""
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
@@ -69,12 +74,21 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     torch.manual_seed(seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
     add_compute_delay(model, injection, rank.rank, cuda)
-    ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
+    # new_group is collective: every rank makes every singleton group, each keeps its own.
+    alone = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank] if local else None
+    ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None,
+                                  process_group=alone, **options.ddp_kwargs())
     timeline = Timeline(make_clock(cuda, enabled=not bare))
-    launcher = comm_launcher(injection, rank.rank, cuda)
+    # Locally the hook still runs (a compression hook's casts are compute), over the group of
+    # one; an injected comm delay belongs to the collective, so it is not in the local run.
+    launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local)
+                if local else comm_launcher(injection, rank.rank, cuda))
+    if launcher is None and options.comm_hook:
+        launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
     buckets = None
     if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
-        buckets = ddp_hooks.BucketRecorder(timeline, launcher=launcher or ddp_hooks.plain_launch)
+        buckets = ddp_hooks.BucketRecorder(timeline, process_group=alone,
+                                           launcher=launcher or ddp_hooks.plain_launch)
         ddp.register_comm_hook(buckets, ddp_hooks.recording_allreduce_hook)
     buffers = None if bare else ddp_hooks.record_buffer_broadcast(timeline, ddp)
     if not bare:
@@ -86,11 +100,15 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
                           seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
     return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
-                   buckets, buffers, stats, nvml=NvmlSampler(rank.local_rank) if cuda else None)
+                   buckets, buffers, stats, options=options,
+                   nvml=NvmlSampler(rank.local_rank) if cuda else None)
 
 
-def _step(run: RankRun) -> None:
-    """One training iteration, marked on the timeline (marks are free on the null clock)."""
+def _step(run: RankRun, it: int) -> None:
+    """One training iteration (one micro-batch with gradient accumulation), marked on the
+    timeline (marks are free on the null clock). With ``grad_accum`` k, iterations k-1, 2k-1, ...
+    synchronise gradients and step the optimizer; the others run under ``no_sync``."""
+    sync = (it + 1) % run.options.grad_accum == 0
     tl = run.timeline
     tl.begin()
     batch = next(run.stream)
@@ -100,18 +118,21 @@ def _step(run: RankRun) -> None:
     tl.mark("data_wait")
     if run.buffers:
         run.buffers.start(tl.current.marks[-1][1])  # arrival at the buffer broadcast
-    loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
-    tl.mark("forward")
-    if run.buckets:
-        run.buckets.reset()
-    loss.backward()
+    with contextlib.nullcontext() if sync else run.ddp.no_sync():
+        loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
+        tl.mark("forward")
+        if run.buckets:
+            run.buckets.reset()
+        loss.backward()
     if tl.enabled:
         ddp_hooks.record_grad_sync(tl, run.buckets)
-    run.optim.step()
-    run.optim.zero_grad()
+    if sync:
+        run.optim.step()
+        run.optim.zero_grad()
     tl.mark("optimizer")
-    for scheduler in run.schedulers:
-        scheduler.step()
+    if sync:
+        for scheduler in run.schedulers:
+            scheduler.step()
     run.losses.append(loss.detach())
 
 
@@ -128,16 +149,20 @@ def _trace_context(trace_dir, rank, warmup, iters):
 def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, workers: int | None = None,
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
-             seed: int = 0, ddp_timers: bool | None = None) -> dict:
+             seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
+             local: bool = False) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
     Args:
         ddp_timers: sample DDP's own reducer timers for the cross-check (default: on CPU only,
             since on GPU the sampling synchronises inside the step).
+        ddp_options: :class:`~swinkit.workloads.ddp_options.DDPOptions` fields.
+        local: communicate nothing (see :func:`_setup`); the component measurement.
     """
     injection = Injection(**(inject or {}))
+    options = DDPOptions.from_dict(ddp_options)
     run = _setup(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
-                 ddp_timers)
+                 ddp_timers, options, local)
     clocks = _clock_offsets(rank)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
@@ -150,7 +175,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             GATE.on = injection.on_iteration(it)
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
             run.starts.append(time.perf_counter())
-            _step(run)
+            _step(run, it)
             run.stats and run.stats.poll()
             profiler and profiler.step()
         run.starts.append(time.perf_counter())
@@ -178,6 +203,8 @@ def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict) -> dict:
         "loss": [float(v) for v in run.losses[warmup:]],
         "cpu": run.cpu.stop(), "gpu": run.nvml.stop() if run.nvml else None,
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
+        "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
+        "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
         "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
         "skipped_samples": run.skipped, "warmup": warmup, "clock": clocks,
         "injected": run.injected[warmup:],

@@ -17,9 +17,11 @@ from swinkit.attribution.paired import paired_effect
 from swinkit.checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.phases import PHASES
+from swinkit.workloads.ddp_options import DDPOptions
 from swinkit.workloads.inject import Injection
 
 ENTRY = "swinkit.workloads.ddp:ddp_rank"
+COMPONENT_ENTRY = "swinkit.workloads.components:component_rank"  # for ``local`` specs
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class DDPRunSpec:
     bare: bool = False
     launch: LaunchConfig | None = None
     ddp_timers: bool | None = None   # DDP's reducer timers (default: CPU only; they sync on GPU)
+    ddp: DDPOptions = field(default_factory=DDPOptions)
+    local: bool = False              # communicate nothing: the component measurement
 
     def launch_config(self) -> LaunchConfig:
         return self.launch or LaunchConfig(world_size=self.world_size)
@@ -46,6 +50,14 @@ class DDPRunSpec:
         check_int("warmup", self.warmup, 0)
         if self.workers is not None:
             check_int("workers", self.workers, 0)
+        self.ddp.validate()
+        k = self.ddp.grad_accum
+        if self.iters % k or self.warmup % k:
+            raise ValueError(f"iters ({self.iters}) and warmup ({self.warmup}) must be multiples "
+                             f"of grad_accum ({k}): measured iterations are whole optimizer steps")
+        if self.ddp.comm_hook and (self.injection.comm_ms > 0 or self.injection.comm_scale > 1):
+            raise ValueError(f"comm_hook {self.ddp.comm_hook} cannot be combined with a comm "
+                             "injection (both replace the bucket's collective)")
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
         bad = [r for r in (self.injection.ranks or ()) if r >= total]
@@ -70,8 +82,11 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     kwargs = dict(preset=spec.preset, iters=spec.iters, warmup=spec.warmup, workers=spec.workers,
                   inject=spec.injection.to_dict(), data_root=cfg.data_root,
                   overrides=dict(spec.overrides), device=cfg.device,
-                  trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers)
-    run = launch(ENTRY, kwargs, lc, run_dir=run_dir, quiet=quiet)
+                  trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
+                  ddp_options=spec.ddp.to_dict(), local=spec.local)
+    if spec.local:
+        kwargs["comm_scale"] = spec.injection.comm_scale
+    run = launch(COMPONENT_ENTRY if spec.local else ENTRY, kwargs, lc, run_dir=run_dir, quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
         return None
     ranks = run.result["ranks"]
@@ -84,10 +99,12 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         "threads_per_rank": lc.threads_per_rank, "loader_workers": ranks[0]["loader_workers"],
         "images_per_rank": cfg.images_per_rank, "crop_size": list(cfg.crop_size),
         "bucket_sizes_bytes": ranks[0]["bucket_sizes_bytes"],
+        "ddp_options": spec.ddp.changed(), "local": spec.local,
         "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
         "environment": environment(),
         "wall_s": run.wall_s, "ranks": ranks,
     }
+    out.update(step_times(ranks, spec.ddp.grad_accum))
     if spec.bare:
         out["iter_s"] = statistics.median(statistics.median(r["iteration"]) for r in ranks)
         return out
@@ -103,6 +120,20 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
     out["clock"] = _clock_summary(ranks)
     return out
+
+
+def step_times(ranks: list[dict], grad_accum: int) -> dict:
+    """``step_s``: the median optimizer step (``grad_accum`` consecutive iterations summed,
+    median per rank, median across ranks); ``per_batch_s`` = step_s / grad_accum, comparable
+    with a run without accumulation (a median over iterations would pick the cheap no_sync
+    micro-batches and miss the all-reduce)."""
+    k = grad_accum
+    per_rank = []
+    for r in ranks:
+        it = r["iteration"]
+        per_rank.append(statistics.median(sum(it[i:i + k]) for i in range(0, len(it) - k + 1, k)))
+    step = statistics.median(per_rank)
+    return {"grad_accum": k, "step_s": step, "per_batch_s": step / k}
 
 
 def _clock_summary(ranks: list[dict]) -> dict:

@@ -1,0 +1,69 @@
+"""What-ifs tracked over commits: each remedy predicted from its components, then run.
+
+A change in swinkit or torch that breaks a remedy (or the oracle's prediction of it) shows in
+asv's history. The default run tracks a few remedies, one of each kind of change; the rest with
+``SWINKIT_WHATIF=all`` (or comma-separated names). World sizes: ``SWINKIT_WHATIF_WORLD_SIZES``
+(default 1,2: the remedies are run where the machine holds every rank).
+"""
+import math
+import os
+
+from swinkit.workloads.remedies import CATALOGUE, select
+from swinkit.workloads.sweep import Sweep, plan_world_sizes
+from swinkit.workloads.whatif_run import what_if
+
+from .common import preset
+
+REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or None)]
+WORLD_SIZES = [int(x) for x in os.environ.get("SWINKIT_WHATIF_WORLD_SIZES", "1,2").split(",")]
+
+
+class Remedy:
+    """One setup_cache predicts and runs every (remedy, world size); the tracks read it."""
+    timeout = 3600
+    params = [WORLD_SIZES, REMEDIES]
+    param_names = ["world_size", "remedy"]
+
+    def setup_cache(self):
+        sweep = Sweep(meta={"preset": preset()})
+        plan = plan_world_sizes(WORLD_SIZES)
+        runnable = [ws for ws, reason in plan.items() if not reason]
+        for ws, reason in plan.items():
+            if reason:
+                sweep.skipped[ws] = reason
+        if runnable:
+            sweep.run("what_if", lambda: what_if(
+                preset(), runnable, [CATALOGUE[n] for n in REMEDIES if n != "baseline"],
+                iters=8, warmup=4), print)
+        return sweep
+
+    def setup(self, sweep, world_size, remedy):
+        sweep.get("what_if") if world_size not in sweep.skipped else sweep.get(world_size)
+
+    def _row(self, sweep, world_size, remedy):
+        for row in sweep.get("what_if")["what_if"]:
+            if row["name"] == remedy and row["world_size"] == world_size:
+                return row
+        return None
+
+    def track_iteration(self, sweep, world_size, remedy):
+        """Measured seconds per iteration (per micro-batch with accumulation)."""
+        row = self._row(sweep, world_size, remedy)
+        return row["measured_iter_s"] if row else math.nan
+    track_iteration.unit = "s"
+
+    def track_predicted_iteration(self, sweep, world_size, remedy):
+        row = self._row(sweep, world_size, remedy)
+        return row["predicted_iter_s"] if row else math.nan
+    track_predicted_iteration.unit = "s"
+
+    def track_efficiency(self, sweep, world_size, remedy):
+        """Weak-scaling efficiency with the remedy, against the baseline's smallest run."""
+        row = self._row(sweep, world_size, remedy)
+        return row["efficiency_after"] if row else math.nan
+    track_efficiency.unit = "ratio"
+
+    def track_prediction_error(self, sweep, world_size, remedy):
+        row = self._row(sweep, world_size, remedy)
+        return row["prediction_error"] if row else math.nan
+    track_prediction_error.unit = "ratio"

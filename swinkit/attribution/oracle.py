@@ -1,0 +1,113 @@
+"""Predict the DDP iteration from its components, as the ranks would interleave them.
+
+The components come from :mod:`swinkit.workloads.components`: each rank's training loop with
+nothing communicated (phases, and when each gradient bucket became ready), and the collectives
+timed on their own, all measured under the co-location of the run predicted. This module
+replays one optimizer step after another on every rank, the way DDP synchronises them, in the
+manner of trace-driven simulators (Zhu et al., "Daydream: Accurately Estimating the Efficacy
+of Optimizations for DNN Training"; Hu et al., "dPRO: A Generic Performance Diagnosis and
+Optimization Toolkit for Expediting Distributed DNN Training"):
+
+* the buffer broadcast before each forward is a barrier: it starts when the last rank arrives;
+* bucket j's all-reduce starts when every rank has it ready (plus any injected launch delay
+  on that rank) and the previous collective is done (one collective at a time, in order, as
+  gloo and NCCL run DDP's buckets); it takes its isolated time;
+* a rank's backward returns when its own compute and the last bucket are both done, then
+  DDP's finalisation (measured locally) and the optimizer run;
+* with gradient accumulation only the last micro-batch of a step synchronises gradients.
+
+The predicted iteration is the steady-state period of that replay, per micro-batch. Accuracy is
+Kahira et al.'s ("An Oracle for Guiding Large-Scale Model/Hybrid Parallel Training of
+Convolutional Neural Networks"): 100 % x (1 - |predicted - measured| / measured).
+
+Numbers only: no torch, no processes.
+"""
+from __future__ import annotations
+
+import statistics
+
+STEPS = 6  # replayed optimizer steps; the period is read from the last two (steady state)
+LOCAL_PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
+
+
+def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dict:
+    """Replay ``costs`` (see :func:`swinkit.workloads.components.costs`); ``launch_delay_s``:
+    per rank, seconds each bucket's all-reduce is launched after it is ready (an injection).
+
+    Returns ``predicted_iter_s`` (per micro-batch), ``predicted_step_s`` and
+    ``components_s``: the local phases (median over ranks) and ``sync_s``, what synchronising
+    the ranks adds on top of them (waits for the slowest rank, exposed communication)."""
+    ranks = costs["ranks"]
+    k = costs["grad_accum"]
+    comm = costs["bucket_comm_s"]
+    broadcast = costs["broadcast_s"]
+    delay = {r["rank"]: (launch_delay_s or {}).get(r["rank"], 0.0) for r in ranks}
+    t = {r["rank"]: 0.0 for r in ranks}
+    comm_free = 0.0
+    step_ends = []
+    for _ in range(STEPS):
+        for p in range(k):
+            ph = {r["rank"]: r["positions"][p]["phases_s"] for r in ranks}
+            ready = {r["rank"]: r["positions"][p]["bucket_ready_s"] for r in ranks}
+            for r in t:
+                t[r] += ph[r]["data_wait"]
+            if broadcast > 0:
+                comm_free = max(max(t.values()), comm_free) + broadcast
+                t = dict.fromkeys(t, comm_free)
+            forward_end = {r: t[r] + ph[r]["forward"] for r in t}
+            if p == k - 1 and comm:  # the synchronising micro-batch
+                for j, seconds in enumerate(comm):
+                    arrive = max(forward_end[r] + _at(ready[r], j, ph[r]["backward"]) + delay[r]
+                                 for r in t)
+                    comm_free = max(arrive, comm_free) + seconds
+                t = {r: max(forward_end[r] + ph[r]["backward"], comm_free) for r in t}
+            else:
+                t = {r: forward_end[r] + ph[r]["backward"] for r in t}
+            for r in t:
+                t[r] += ph[r]["exposed_comm"] + ph[r]["optimizer"] + ph[r]["other"]
+        step_ends.append(max(t.values()))
+    step = step_ends[-1] - step_ends[-2]
+    local = {name: statistics.median(statistics.fmean(r["positions"][p]["phases_s"][name]
+                                                      for p in range(k)) for r in ranks)
+             for name in LOCAL_PHASES}
+    per_batch = step / k
+    return {"predicted_iter_s": per_batch, "predicted_step_s": step,
+            "components_s": {**local, "sync_s": per_batch - sum(local.values())}}
+
+
+def _at(ready: list[float], j: int, backward: float) -> float:
+    """Bucket j's ready offset; a bucket the local run did not see is ready at backward's end."""
+    return ready[j] if j < len(ready) else backward
+
+
+def accuracy(predicted: float, measured: float) -> dict:
+    """Signed relative error and Kahira et al.'s accuracy, in percent."""
+    error = (predicted - measured) / measured
+    return {"prediction_error": error, "accuracy_pct": 100 * (1 - abs(error))}
+
+
+def rank_correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (average ranks for ties); None for fewer than 2 pairs or
+    a constant side."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5 if vx and vy else None
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for m in range(i, j + 1):
+            ranks[order[m]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks

@@ -1,0 +1,165 @@
+"""The isolated components of a DDP iteration, measured under the co-location they run in.
+
+An oracle that predicts the DDP iteration from components measured one process at a time
+misses what N ranks, their loader workers and gloo's threads on the same cores do to each
+other. Here every component is measured with the run it predicts laid out the same way: N
+processes at once, the same thread policy, the same loader workers, the same DDP options:
+
+1. **Compute without communication.** Each rank runs the real training loop with DDP over a
+   process group of one whose comm hook sends nothing (a compression hook still runs its casts,
+   PowerSGD its matrix products): data loading, the preprocessor, forward, backward, the
+   optimizer and what is left over (``other``), and when each gradient bucket became ready.
+2. **Communication without compute.** Then the same N processes all-reduce tensors of the run's
+   own bucket sizes (in the hook's dtype, or PowerSGD's factors), one bucket at a time, and
+   broadcast the module buffers (DDP's buffer broadcast); the slowest rank's time per bucket.
+
+:mod:`swinkit.attribution.oracle` combines the two into a predicted iteration.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from swinkit.attribution.oracle import simulate
+from swinkit.measure.timeline import phase_durations
+from swinkit.workloads.ddp import ddp_rank
+
+COMM_REPS = 7
+COMM_WARMUP = 2
+POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
+
+
+def component_rank(rank, comm_scale: float = 1.0, **kwargs) -> dict:
+    """Rank entry: the local training loop (``ddp_rank(local=True)``), then the collectives it
+    left out, timed on the real N-rank group. ``comm_scale``: an injected slower link (each
+    collective moves that many times its bytes)."""
+    kwargs["local"] = True
+    result = ddp_rank(rank, **kwargs)
+    options = kwargs.get("ddp_options") or {}
+    sizes, dtype = bucket_payloads(result, options.get("comm_hook"), options.get("powersgd_rank", 1))
+    sizes = [[int(n * comm_scale) for n in bucket] for bucket in sizes]
+    device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    result["comm"] = {
+        "bucket_s": time_collectives(sizes, dtype, device, "all_reduce"),
+        "broadcast_s": (time_collectives([[result["buffer_bytes"] // 4]], torch.float32, device,
+                                         "broadcast")[0]
+                        if options.get("broadcast_buffers", True) and result["buffer_bytes"] else 0.0),
+        "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
+    }
+    return result
+
+
+def bucket_payloads(result: dict, comm_hook: str | None, powersgd_rank: int):
+    """(element counts of the all-reduces per bucket, dtype) that the run's hook sends."""
+    elems = [b // 4 for b in result["bucket_sizes_bytes"]]  # DDP's buckets hold fp32 gradients
+    if comm_hook in ("fp16", "bf16"):
+        return [[n] for n in elems], torch.float16 if comm_hook == "fp16" else torch.bfloat16
+    if comm_hook == "powersgd":
+        shapes = result.get("bucket_shapes") or {}
+        return [powersgd_payload(shapes.get(i) or shapes.get(str(i)) or [], powersgd_rank)
+                for i in range(len(elems))], torch.float32
+    return [[n] for n in elems], torch.float32
+
+
+def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
+    """Elements PowerSGD all-reduces for one bucket, in its three collectives: the tensors it
+    leaves uncompressed (vectors, and matrices too small to gain), then P (rows x rank), then Q
+    (cols x rank). Follows torch's powerSGD_hook: a tensor is viewed as (shape[0], rest)."""
+    uncompressed = p = q = 0
+    for shape in shapes:
+        numel = 1
+        for s in shape:
+            numel *= s
+        if len(shape) <= 1:
+            uncompressed += numel
+            continue
+        rows, cols = shape[0], numel // shape[0]
+        r = min(rows, cols, rank)
+        if (rows + cols) * r * POWERSGD_MIN_COMPRESSION_RATE < rows * cols:
+            p, q = p + rows * r, q + cols * r
+        else:
+            uncompressed += numel
+    return [n for n in (uncompressed, p, q) if n]
+
+
+def time_collectives(sizes: list[list[int]], dtype, device, op: str) -> list[float]:
+    """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
+    slowest rank's, after a barrier per round."""
+    tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
+    rounds = []
+    for _ in range(COMM_WARMUP + COMM_REPS):
+        dist.barrier()
+        times = []
+        for entry in tensors:
+            start = time.perf_counter()
+            for t in entry:
+                dist.all_reduce(t) if op == "all_reduce" else dist.broadcast(t, src=0)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        slowest = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        rounds.append(slowest.tolist())
+    rounds = rounds[COMM_WARMUP:]
+    return [statistics.median(r[j] for r in rounds) for j in range(len(sizes))]
+
+
+def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:
+    """One rank's component costs, torch-free, for :func:`swinkit.attribution.oracle.simulate`:
+    per micro-batch position in an optimizer step the median of each phase and of each bucket's
+    ready time after backward began ("exposed_comm" of a local run is DDP's finalisation after
+    the last bucket: it stays in the real iteration)."""
+    iterations = rank_result["timeline"][warmup:]
+    k = grad_accum
+    positions = []
+    for p in range(k):
+        its = iterations[p::k]
+        phases = [phase_durations(it) for it in its]
+        ready = [_ready_offsets(it) for it in its]
+        n_buckets = max((len(r) for r in ready), default=0)
+        positions.append({
+            "phases_s": {name: statistics.median(ph[name] for ph in phases) for name in phases[0]},
+            "bucket_ready_s": [statistics.median(r[j] for r in ready if len(r) > j)
+                               for j in range(n_buckets)],
+        })
+    return {"rank": rank_result["rank"], "positions": positions}
+
+
+def _ready_offsets(iteration: dict) -> list[float]:
+    """Seconds from the end of forward (backward begins) to each bucket's ready mark."""
+    forward_end = next(t for name, t in iteration["marks"] if name == "forward")
+    buckets = [c for c in iteration["collectives"] if c["name"].startswith("bucket")]
+    return [c["ready"] - forward_end for c in buckets]
+
+
+def costs(run: dict) -> dict:
+    """The component costs of a local run (``run_ddp`` of a ``local`` spec), torch-free."""
+    warmup, k = run["warmup"], run["grad_accum"]
+    comm = run["ranks"][0]["comm"]
+    return {"world_size": run["world_size"], "grad_accum": k,
+            "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
+            "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
+            "comm_dtype": comm["dtype"], "bucket_sizes_bytes": run["bucket_sizes_bytes"],
+            "local_iter_s": run["per_batch_s"]}
+
+
+def predict_run(spec, progress=print) -> dict:
+    """Measure ``spec``'s components (a DDPRunSpec: the same launch, nothing communicated) and
+    predict its iteration. Returns the oracle's prediction plus the component run's summary."""
+    from dataclasses import replace
+
+    from swinkit.workloads.ddp_run import run_ddp
+
+    comp = run_ddp(replace(spec, local=True), progress=progress)
+    injection = spec.injection
+    delay = ({r: injection.comm_ms / 1e3 for r in range(spec.world_size)
+              if injection.applies_to(r)} if injection.comm_ms > 0 else {})
+    pred = simulate(costs(comp), delay)
+    pred.update(local_iter_s=comp["per_batch_s"], bucket_comm_s=comp["ranks"][0]["comm"]["bucket_s"],
+                broadcast_s=comp["ranks"][0]["comm"]["broadcast_s"],
+                loader_workers=comp["loader_workers"], images_per_rank=comp["images_per_rank"],
+                bucket_sizes_bytes=comp["bucket_sizes_bytes"])
+    return pred

@@ -1,0 +1,210 @@
+"""The oracle's replay, the remedy catalogue, and predict-then-run end to end.
+
+Expected values are worked by hand in the comments (a timeline drawn on paper), so an oracle
+that sums every collective, takes a typical rank instead of the slowest, or ignores the
+broadcast barrier gets a different number.
+"""
+import json
+
+import pytest
+
+from swinkit.attribution.oracle import rank_correlation, simulate
+from swinkit.attribution.whatif import judge
+from swinkit.workloads.ddp_options import DDPOptions
+from swinkit.workloads.remedies import CATALOGUE, DEFAULT, select
+
+
+def _rank(rank, data, fwd=0.2, bwd=0.3, tail=0.01, opt=0.05, other=0.01, ready=(0.1, 0.3)):
+    phases = {"data_wait": data, "forward": fwd, "backward": bwd, "exposed_comm": tail,
+              "optimizer": opt, "other": other}
+    return {"rank": rank, "positions": [{"phases_s": phases, "bucket_ready_s": list(ready)}]}
+
+
+def _costs(ranks, comm=(0.05, 0.04), broadcast=0.0, k=1):
+    return {"world_size": len(ranks), "grad_accum": k, "ranks": ranks,
+            "bucket_comm_s": list(comm), "broadcast_s": broadcast}
+
+
+def test_replay_waits_for_the_slowest_rank_and_runs_buckets_in_order():
+    # rank 0 ends forward at 0.3, rank 1 (slower loader) at 0.4. Bucket 0 is ready on both at
+    # max(0.3, 0.4) + 0.1 = 0.5 and done at 0.55; bucket 1 ready at 0.4 + 0.3 = 0.7, done 0.74.
+    # Backward returns at max(own compute end, 0.74) = 0.74 on both, then 0.01 + 0.05 + 0.01:
+    # the period is 0.81 s. (All comm summed and exposed: 0.86; rank 0 alone: 0.71.)
+    out = simulate(_costs([_rank(0, 0.1), _rank(1, 0.2)]))
+    assert out["predicted_iter_s"] == pytest.approx(0.81)
+    # local phases, median over ranks: data (0.1 + 0.2) / 2; what syncing adds is the rest
+    assert out["components_s"]["data_wait"] == pytest.approx(0.15)
+    assert out["components_s"]["sync_s"] == pytest.approx(0.81 - (0.15 + 0.2 + 0.3 + 0.07))
+
+
+def test_broadcast_is_a_barrier_before_forward():
+    # No buckets: the buffer broadcast (0.02 s) starts when rank 1 arrives at 0.2 and ends at
+    # 0.22 for both; then 0.2 + 0.3 + 0.07 of local work: 0.79 s.
+    out = simulate(_costs([_rank(0, 0.1), _rank(1, 0.2)], comm=(), broadcast=0.02))
+    assert out["predicted_iter_s"] == pytest.approx(0.79)
+    # rank 0 loads slowly (0.2), rank 1 computes slowly (forward 0.4). After a broadcast both
+    # leave together; rank 0 is back at the next one 0.2 + 0.57 = 0.77 s later, rank 1 after
+    # 0.1 + 0.77 = 0.87 s: the period is the slower cycle plus the broadcast, 0.89 s (rank 0's
+    # loading overlaps rank 1's compute). Adding both slow parts would give 0.99, leaving out
+    # the broadcast 0.87.
+    out = simulate(_costs([_rank(0, 0.2), _rank(1, 0.1, fwd=0.4)], comm=(), broadcast=0.02))
+    assert out["predicted_iter_s"] == pytest.approx(0.89)
+
+
+def test_accumulation_synchronises_only_the_last_micro_batch():
+    # k=2 on one rank. Micro-batch 1 (no_sync): 0.1 + 0.2 + 0.3 + 0.01 + 0 (no optimizer)
+    # + 0.01 = 0.62. Micro-batch 2 syncs: forward ends at 0.92; bucket 0 ready at 1.02, done
+    # 1.52; bucket 1 ready at 1.22, starts after bucket 0 at 1.52, done 2.02; backward returns
+    # at 2.02, + 0.07: a step of 2.09 s, 1.045 s per micro-batch. (Syncing both: 2.74 s.)
+    no_sync = _rank(0, 0.1, opt=0.0)["positions"][0]
+    sync = _rank(0, 0.1)["positions"][0]
+    costs = _costs([{"rank": 0, "positions": [no_sync, sync]}], comm=(0.5, 0.5), k=2)
+    out = simulate(costs)
+    assert out["predicted_step_s"] == pytest.approx(2.09)
+    assert out["predicted_iter_s"] == pytest.approx(1.045)
+
+
+def test_injected_launch_delay_on_one_rank_delays_every_bucket():
+    # As the first test with rank 1's launches 0.1 s late: bucket 0 at 0.6 -> 0.65, bucket 1
+    # at 0.8 -> 0.84; period 0.84 + 0.07 = 0.91.
+    out = simulate(_costs([_rank(0, 0.1), _rank(1, 0.2)]), launch_delay_s={1: 0.1})
+    assert out["predicted_iter_s"] == pytest.approx(0.91)
+
+
+def test_rank_correlation_by_hand():
+    # one swapped pair of four: 1 - 6 * (1 + 1) / (4 * 15) = 0.8
+    assert rank_correlation([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    assert rank_correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # ties get average ranks: x ranks 1.5, 1.5, 3 against 1, 2, 3 -> r = 0.866
+    assert rank_correlation([1, 1, 2], [1, 2, 3]) == pytest.approx(3 ** 0.5 / 2)
+    assert rank_correlation([1], [2]) is None
+
+
+def test_judge_holds_only_where_the_remedy_changed_something():
+    common = dict(what="", overrides={}, world_size=2, reference_iter_s=1.0,
+                  predicted_reference_s=1.0, predicted_phases={"forward": 0.5},
+                  measured_phases={"forward": 0.6})
+    # measured 0.8 vs baseline 1.0 with noise sigma 0.02: changed; predicted 0.85 is 6.25 % off
+    row = judge(name="a", predicted_iter_s=0.85, measured_iter_s=0.8, baseline_iter_s=1.0,
+                noise_s=0.02, **common)
+    assert row["changes_iteration"] and row["holds"]
+    assert row["efficiency_before"] == pytest.approx(0.5)    # 1.0 / (2 x 1.0)
+    assert row["efficiency_after"] == pytest.approx(0.625)   # 1.0 / (2 x 0.8)
+    # 20 % off: does not hold, and the worst phase is named
+    row = judge(name="b", predicted_iter_s=0.96, measured_iter_s=0.8, baseline_iter_s=1.0,
+                noise_s=0.02, **common)
+    assert row["holds"] is False and row["why_not"].startswith("forward")
+    # a change of 0.03 s with sigma 0.02 is under the 2-sigma floor: not judged
+    row = judge(name="c", predicted_iter_s=2.0, measured_iter_s=0.97, baseline_iter_s=1.0,
+                noise_s=0.02, **common)
+    assert row["changes_iteration"] is False and row["holds"] is None
+
+
+def test_powersgd_payload_follows_torch_compression_rule():
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
+    from swinkit.workloads.components import POWERSGD_MIN_COMPRESSION_RATE, powersgd_payload
+    shapes = [[64, 32, 3, 3], [64], [2, 2], [128, 16]]
+    rank = 4
+    unc = p = q = 0
+    for s in shapes:  # torch's own rule decides, element counts by hand
+        if len(s) <= 1:
+            unc += s[0]
+            continue
+        rows = s[0]
+        cols = 1
+        for d in s[1:]:
+            cols *= d
+        r = min(rows, cols, rank)
+        if _should_compress(rows, cols, r, POWERSGD_MIN_COMPRESSION_RATE)[0]:
+            p, q = p + rows * r, q + cols * r
+        else:
+            unc += rows * cols
+    assert powersgd_payload(shapes, rank) == [n for n in (unc, p, q) if n]
+    assert powersgd_payload(shapes, rank) == [64 + 4, 64 * 4 + 128 * 4, 288 * 4 + 16 * 4]
+
+
+def test_catalogue_names_and_selection():
+    assert len(CATALOGUE) >= 12 and set(DEFAULT) <= set(CATALOGUE)
+    assert [r.name for r in select("bf16_hook,accum_2")] == ["bf16_hook", "accum_2"]
+    assert len(select("all")) == len(CATALOGUE)
+    with pytest.raises(ValueError, match="unknown remedy nope"):
+        select("bf16_hook,nope")
+    for remedy in CATALOGUE.values():  # every remedy is a valid configuration
+        DDPOptions.from_dict(remedy.ddp)
+        assert remedy.what and remedy.overrides()
+
+
+def test_remedy_applies_to_a_spec_and_keeps_whole_steps():
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    spec = DDPRunSpec(preset="test", world_size=2, iters=9, warmup=3)
+    out = CATALOGUE["accum_4"].apply(spec, preset_workers=0)
+    assert (out.iters, out.warmup, out.ddp.grad_accum) == (12, 4, 4)
+    out = CATALOGUE["workers_plus2"].apply(spec, preset_workers=1)
+    assert out.workers == 3
+    out = CATALOGUE["threads_plus1"].apply(spec, preset_workers=1)
+    assert out.launch_config().threads_per_rank == 2
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"bucket_cap_mb": 0}, "bucket_cap_mb"), ({"comm_hook": "int8"}, "comm_hook"),
+    ({"grad_accum": 0}, "grad_accum"), ({"static_graph": "yes"}, "static_graph"),
+    ({"bucket_mb": 5}, "unknown DDP option"),
+])
+def test_bad_ddp_options_name_the_field(options, field):
+    with pytest.raises(ValueError, match=field):
+        DDPOptions.from_dict(options)
+
+
+def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.workloads.inject import Injection
+    with pytest.raises(ValueError, match="multiples of grad_accum"):
+        DDPRunSpec(preset="test", world_size=1, iters=5, warmup=2,
+                   ddp=DDPOptions(grad_accum=2)).validate()
+    with pytest.raises(ValueError, match="comm_hook bf16 cannot be combined"):
+        DDPRunSpec(preset="test", world_size=1, ddp=DDPOptions(comm_hook="bf16"),
+                   injection=Injection(comm_ms=5)).validate()
+
+
+@pytest.mark.slow
+def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
+    """grad_accum=2 at N=2: only every second micro-batch has gradient buckets on the
+    timeline, and each such micro-batch reduces every gradient byte once."""
+    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2,
+                             ddp=DDPOptions(grad_accum=2)))
+    for rank in out["ranks"]:
+        its = rank["timeline"][2:]
+        buckets = [[c for c in it["collectives"] if c["name"].startswith("bucket")] for it in its]
+        assert [bool(b) for b in buckets] == [False, True, False, True]
+        for b in buckets[1::2]:
+            assert sum(c["bytes"] for c in b) == sum(rank["bucket_sizes_bytes"])
+    assert out["grad_accum"] == 2 and out["step_s"] == pytest.approx(2 * out["per_batch_s"])
+
+
+@pytest.mark.slow
+def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
+    """bf16_hook at N=1 and 2: the predictions are on disk before the runs, and each row has
+    both numbers and the efficiencies."""
+    from swinkit.workloads.whatif_run import what_if
+    path = tmp_path / "pred.json"
+    seen = []
+
+    def progress(line):
+        if line.startswith("[run 1/"):
+            seen.append(path.exists())  # the first remedy run starts after the file is there
+    out = what_if("test", [1, 2], [CATALOGUE["bf16_hook"]], iters=4, warmup=2,
+                  predictions_path=path, progress=progress)
+    assert seen == [True]
+    written = json.loads(path.read_text())["predictions"]
+    assert {(p["name"], p["world_size"]) for p in written} == {
+        ("baseline", 1), ("baseline", 2), ("bf16_hook", 1), ("bf16_hook", 2)}
+    rows = {(r["name"], r["world_size"]): r for r in out["what_if"]}
+    assert set(rows) == {(p["name"], p["world_size"]) for p in written}
+    for row in rows.values():
+        assert row["predicted_iter_s"] > 0 and row["measured_iter_s"] > 0
+        assert row["overrides"] == ({} if row["name"] == "baseline" else {"ddp.comm_hook": "bf16"})
+    # the baseline at its smallest world size is the efficiency reference: 1 by definition
+    assert rows[("baseline", 1)]["efficiency_before"] == pytest.approx(1.0)
+    assert set(out["what_if_rank_correlation"]) == {"1", "2"}
