@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from swinkit.faults import current_fault
+from swinkit.measure.timing import timed
 
 LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -145,16 +146,8 @@ def allreduce_rank(rank, samples: int = 7, warmup: int = 2, layouts=LAYOUTS, dty
 
 def _bare_loop(t: torch.Tensor, warmup: int, iters: int, device) -> list[float]:
     """The plainest timing there is: all_reduce in a loop, one clock read per call."""
-    for _ in range(warmup):
-        dist.all_reduce(t)
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        dist.all_reduce(t)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return times
+    return timed(lambda: dist.all_reduce(t), iters, warmup=warmup,
+                 sync=torch.cuda.synchronize if device.type == "cuda" else None)
 
 
 def bandwidths(nbytes: int, seconds: float, world: int) -> tuple[float, float]:

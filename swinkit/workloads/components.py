@@ -18,13 +18,13 @@ processes at once, the same thread policy, the same loader workers, the same DDP
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 from swinkit.attribution.oracle import simulate
 from swinkit.measure.timeline import phase_durations
+from swinkit.measure.timing import timed
 from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
@@ -89,17 +89,13 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str) -> list[flo
     """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
     slowest rank's, after a barrier per round."""
     tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
+    run = dist.all_reduce if op == "all_reduce" else (lambda t: dist.broadcast(t, src=0))
     rounds = []
     for _ in range(COMM_WARMUP + COMM_REPS):
         dist.barrier()
-        times = []
-        for entry in tensors:
-            start = time.perf_counter()
-            for t in entry:
-                dist.all_reduce(t) if op == "all_reduce" else dist.broadcast(t, src=0)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
+        sync = torch.cuda.synchronize if device.type == "cuda" else None
+        times = [timed(lambda entry=entry: [run(t) for t in entry], 1, sync=sync)[0]
+                 for entry in tensors]
         slowest = torch.tensor(times, dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         rounds.append(slowest.tolist())

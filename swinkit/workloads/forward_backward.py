@@ -14,11 +14,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from swinkit.measure.timing import timed
 
 SCOPES = ("backbone", "segmentor")
 OPS = ("forward", "forward_backward", "optimizer")
@@ -28,20 +29,13 @@ def matmul_peak_flops(device: torch.device, n: int = 1024, reps: int = 5) -> flo
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     n = 8192 if device.type == "cuda" else n
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(reps):
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
+    best = min(timed(lambda: a @ b, reps, warmup=1, sync=_syncer(device)))
     return 2 * n ** 3 / best
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+def _syncer(device):
+    """What drains the device before a clock read: None on CPU (work is synchronous)."""
+    return torch.cuda.synchronize if device.type == "cuda" else None
 
 
 def _ops(model, scope: str, batch: int, crop, device):
@@ -89,14 +83,7 @@ def measure(preset: str, batch: int, samples: int = 7, warmup: int = 2, threads:
         for op, fn in _ops(model, scope, batch, tuple(cfg.crop_size), device).items():
             with FlopCounterMode(display=False) as counter:
                 fn()
-            times = []
-            for i in range(warmup + samples):
-                _sync(device)
-                start = time.perf_counter()
-                fn()
-                _sync(device)
-                times.append(time.perf_counter() - start)
-            times = times[warmup:]
+            times = timed(fn, samples, warmup=warmup, sync=_syncer(device))
             flops = counter.get_total_flops()
             # Optimizer steps are elementwise: no matmul FLOPs, so no MFU (NaN, not 0).
             achieved = flops / statistics.median(times) if flops else float("nan")
