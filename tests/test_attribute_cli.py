@@ -136,3 +136,28 @@ def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, 
     first = report["recommendations"][0]
     assert (first["component"], first["rank"]) == ("data_wait", 1)
     assert report["runs"][1]["launches"] == 2 and report["runs"][1]["efficiency_interval"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--run", "--what-if", "bf16_hook,nope"], "unknown remedy nope"),
+    (["--what-if", "bf16_hook"], "--what-if runs the remedies: it needs --run"),
+    (["--run", "--scaling", "linear"], "invalid choice: 'linear'"),
+])
+def test_what_if_arguments_fail_before_any_launch(argv, message, tmp_path):
+    """Bad what-if arguments exit 2 naming the problem, and nothing is written."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), *argv,
+                           "--preset", "test", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists() and "[launch" not in proc.stdout
+
+
+def test_list_remedies_names_each_with_what_it_changes():
+    from swinkit.workloads.remedies import CATALOGUE
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--list-remedies"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    for name, remedy in CATALOGUE.items():
+        assert f"{name}" in proc.stdout and remedy.what in proc.stdout

@@ -10,12 +10,19 @@ from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
 
 def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int = 3,
               workers: int | None = None, injection: Injection = Injection(),
-              wall_timeout_s: float = 900.0, progress=print) -> Sweep:
+              wall_timeout_s: float = 900.0, scaling: str = "weak", progress=print) -> Sweep:
     """Sweep keyed by world size; each result is :func:`run_ddp`'s dict. A one-rank injection
-    applies only where its rank exists (the world-size-1 baseline runs clean)."""
-    sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
+    applies only where its rank exists (the world-size-1 baseline runs clean). ``scaling``:
+    ``weak`` keeps the preset's images per rank; ``strong`` divides a global batch of the
+    preset's images per rank times the largest runnable world size among the ranks."""
+    from swinkit.workloads.attribution_run import images_per_rank
+
+    sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup, "scaling": scaling,
                         "injection": injection.to_dict(), "environment": environment()})
-    for ws, reason in plan_world_sizes(world_sizes).items():
+    plan = plan_world_sizes(world_sizes)
+    images = images_per_rank(preset, [ws for ws, reason in plan.items() if not reason] or [1],
+                             scaling)
+    for ws, reason in plan.items():
         if reason:
             sweep.skipped[ws] = reason
             continue
@@ -23,6 +30,7 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
         launch = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
                               wall_timeout_s=wall_timeout_s)
         spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
-                          workers=workers, injection=injection.for_world_size(ws), launch=launch)
+                          workers=workers, injection=injection.for_world_size(ws), launch=launch,
+                          overrides={"images_per_rank": images[ws]})
         sweep.run(ws, lambda: run_ddp(spec, progress=progress), progress)
     return sweep
