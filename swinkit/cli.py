@@ -97,6 +97,13 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-endpoint", help="host:port of node 0 (required with --nnodes > 1)")
     p.add_argument("--bare", action="store_true",
                    help="no instrumentation, iteration time only (to measure its cost)")
+    p.add_argument("--engine", default="ddp",
+                   help="ddp (default), deepspeed, dp, dp-vanilla, or all (every engine at world "
+                        "size 1 and --world-size, one table; README 'Engines')")
+    p.add_argument("--zero", type=int, help="DeepSpeed ZeRO stage 0, 1 or 2 (default 1)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
     return parser
 
 
@@ -149,6 +156,9 @@ def _verify_data(args) -> int:
 
 
 def _ddp(args) -> int:
+    if args.engine != "ddp" or args.zero is not None or args.grad_accum != 1 or args.figure:
+        from swinkit.engines.cli import engine_command
+        return engine_command(args)
     from swinkit.dist import LaunchConfig, LaunchError
     from swinkit.files import RunLock, write_json_atomic
     from swinkit.measure.timeline import chrome_trace

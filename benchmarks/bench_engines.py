@@ -1,0 +1,108 @@
+"""The same workload under every engine: DDP, DeepSpeed ZeRO-1 and ZeRO-2, DataParallel and
+DataParallel from its primitives; and gradient accumulation. Time, bytes moved per optimizer
+step and peak memory per rank, side by side (swinkit.workloads.engine_run).
+
+What this machine cannot run is skipped with the reason (asv: NotImplementedError in setup):
+DataParallel needs GPUs (at least 2 to communicate), DeepSpeed needs to be installed
+(tools/setup.sh does), and world sizes beyond the cores or GPUs as everywhere in the suite.
+"""
+from .common import WORLD_SIZES, lazy, preset
+
+# Imported when setup_cache runs: a track process only reads the unpickled Sweep (no torch).
+engine_sweep = lazy("swinkit.workloads.engine_run:engine_sweep")
+
+ENGINES = ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
+STEPS = [1, 2, 4]
+
+
+class Engine:
+    """One launch per (world size, engine) in setup_cache, read by every metric."""
+    timeout = 3600
+    params = [list(WORLD_SIZES), ENGINES]
+    param_names = ["world_size", "engine"]
+
+    def setup_cache(self):
+        return engine_sweep(preset(), ENGINES, WORLD_SIZES)
+
+    def setup(self, sweep, world_size, engine):
+        sweep.get(engine, world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
+
+    def _eng(self, sweep, world_size, engine):
+        return sweep.get(engine, world_size)["engine"]
+
+    def track_iteration(self, sweep, world_size, engine):
+        """Median optimizer step (median of per-rank medians)."""
+        return self._eng(sweep, world_size, engine)["step_s"]
+    track_iteration.unit = "s"
+
+    def track_efficiency(self, sweep, world_size, engine):
+        """Step at world size 1 / step at N, same engine (weak scaling)."""
+        base = sweep.get(engine, 1)["engine"]["step_s"]
+        return base / self._eng(sweep, world_size, engine)["step_s"]
+    track_efficiency.unit = "ratio"
+
+    def track_exposed_comm(self, sweep, world_size, engine):
+        return self._eng(sweep, world_size, engine)["step_phases_s"]["exposed_comm"]
+    track_exposed_comm.unit = "s"
+
+    def track_message_bytes(self, sweep, world_size, engine):
+        """Bytes handed to collectives (or copied between devices) per optimizer step."""
+        return self._eng(sweep, world_size, engine)["traffic"]["message_bytes"]
+    track_message_bytes.unit = "bytes"
+
+    def track_wire_bytes_per_rank(self, sweep, world_size, engine):
+        """Bytes each rank sends per optimizer step (ring algorithms)."""
+        return self._eng(sweep, world_size, engine)["traffic"]["wire_bytes_per_rank"]
+    track_wire_bytes_per_rank.unit = "bytes"
+
+    def track_peak_memory(self, sweep, world_size, engine):
+        """Largest peak over ranks (CUDA allocator on GPU; peak RSS on CPU)."""
+        peak = self._eng(sweep, world_size, engine)["peak_memory_bytes"]
+        if peak is None:
+            raise NotImplementedError("this engine's loop records no peak memory")
+        return peak
+    track_peak_memory.unit = "bytes"
+
+    def track_optimizer_state_bytes(self, sweep, world_size, engine):
+        """Optimizer-state bytes held by rank 0 (what ZeRO-1/2 shard N ways)."""
+        state = self._eng(sweep, world_size, engine)["model_state"].get("0")
+        if not state:
+            raise NotImplementedError("this engine's loop records no model state")
+        return state["optimizer_states"]
+    track_optimizer_state_bytes.unit = "bytes"
+
+
+class GradAccum:
+    """DDP with K micro-batches per optimizer step (no_sync on all but the last): one gradient
+    communication per step, so communication per image falls with K."""
+    timeout = 3600
+    params = [list(WORLD_SIZES), STEPS]
+    param_names = ["world_size", "steps"]
+
+    def setup_cache(self):
+        sweeps = {k: engine_sweep(preset(), ["ddp"], WORLD_SIZES, grad_accum=k, iters=6,
+                                  warmup=2) for k in STEPS}
+        return sweeps
+
+    def setup(self, sweeps, world_size, steps):
+        sweeps[steps].get("ddp", world_size)
+
+    def _eng(self, sweeps, world_size, steps):
+        return sweeps[steps].get("ddp", world_size)["engine"]
+
+    def track_step(self, sweeps, world_size, steps):
+        return self._eng(sweeps, world_size, steps)["step_s"]
+    track_step.unit = "s"
+
+    def track_comm_rounds(self, sweeps, world_size, steps):
+        """Micro-steps per optimizer step in which gradients were communicated."""
+        return self._eng(sweeps, world_size, steps)["traffic"]["comm_rounds_per_step"]
+    track_comm_rounds.unit = "rounds"
+
+    def track_comm_per_image(self, sweeps, world_size, steps):
+        return self._eng(sweeps, world_size, steps)["comm_per_image_s"]
+    track_comm_per_image.unit = "s"
+
+    def track_wire_bytes_per_image(self, sweeps, world_size, steps):
+        return self._eng(sweeps, world_size, steps)["wire_bytes_per_image"]
+    track_wire_bytes_per_image.unit = "bytes"

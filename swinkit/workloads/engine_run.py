@@ -1,0 +1,370 @@
+"""The same workload under every engine: dispatch an :class:`~swinkit.engines.spec.EngineSpec`,
+aggregate what its ranks measured in swinkit's vocabulary, and add what engines differ in:
+bytes moved per iteration, gradient-communication rounds per optimizer step, communication per
+image, peak memory and model-state bytes per rank.
+
+    ddp          swinkit.workloads.ddp_run.run_ddp, unchanged (its JSON, plus ``engine``)
+    deepspeed    ranks launched like DDP's (swinkit.dist), entry swinkit.engines.deepspeed_rank
+    dp, dp-vanilla  one process driving N GPUs, entry swinkit.engines.dp
+
+Every result carries the DDP result's fields that describe an iteration (``phases_s``,
+``iter_s``, ``blame_s``, ...) and an ``engine`` block (see :func:`engine_block`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.data.loader import ensure_data
+from swinkit.dist import LaunchConfig, launch
+from swinkit.engines import traffic
+from swinkit.engines.spec import (COMPARED, EngineSpec, EngineUnavailable, spec_for_key)
+from swinkit.measure.aggregate import aggregate_phases
+from swinkit.measure.phases import PHASES
+from swinkit.measure.timeline import phase_durations
+from swinkit.workloads.ddp_run import _clock_summary, environment, run_ddp
+
+DS_ENTRY = "swinkit.engines.deepspeed_rank:deepspeed_rank"
+DP_ENTRY = "swinkit.engines.dp:dp_rank"
+
+INSTRUMENTATION = {
+    "ddp": {"phases": "swinkit timeline (DDP comm hook marks the last bucket ready)",
+            "collectives": "DDP comm hook: every gradient bucket's all-reduce, its bytes",
+            "engine_timers": "DDP reducer timers (ddp_cross_check; CPU by default)",
+            "comms_log": None},
+    "deepspeed": {"phases": "swinkit timeline marks around engine(), engine.backward(), "
+                            "engine.step()",
+                  "collectives": "wrappers on DeepSpeed's comm backend (deepspeed.comm cdb): "
+                                 "every ZeRO collective, arrival/done, message bytes",
+                  "engine_timers": "DeepSpeed wall_clock_breakdown timers (fwd, bwd, bwd_inner, "
+                                   "bwd_allreduce, step; optimizer_gradients/step/allgather), "
+                                   "per step (CPU by default; they synchronise on GPU)",
+                  "comms_log": "DeepSpeed comms_logger (prof_all) in a separate pass after the "
+                               "measured steps (it synchronises after every collective)"},
+    "dp": {"phases": "swinkit timeline around the DataParallel call (copies inside forward)",
+           "collectives": "bytes of scatter / replicate / gather counted in DataParallel's "
+                          "methods; gradient reduce-add bytes from the parameter list",
+           "engine_timers": None, "comms_log": None},
+    "dp-vanilla": {"phases": "swinkit timeline; scatter, replicate and gather each a span "
+                             "(exposed_comm), parallel_apply forward",
+                   "collectives": "scatter / replicate / gather as blocking records with bytes; "
+                                  "gradient reduce-add inside backward (bytes only)",
+                   "engine_timers": None, "comms_log": None},
+}
+
+
+def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
+    """Validate (ValueError, EngineUnavailable), launch, aggregate; LaunchError if a rank fails."""
+    spec.validate()
+    if spec.engine == "ddp":
+        result = run_ddp(spec.ddp_spec(), quiet=quiet, run_dir=run_dir, progress=progress)
+        if result is None:
+            return None
+        result["engine"] = engine_block(spec, result)
+        return result
+    cfg, lc = spec.run.validate()
+    ensure_data(cfg, progress=progress)
+    common = dict(preset=spec.run.preset, iters=spec.run.iters, warmup=spec.run.warmup,
+                  workers=spec.run.workers, data_root=cfg.data_root,
+                  overrides=dict(spec.run.overrides), device=cfg.device,
+                  grad_accum=spec.grad_accum)
+    if spec.engine == "deepspeed":
+        kwargs = dict(common, zero=spec.zero_stage, ds_timers=spec.ds_timers,
+                      comm_pass_iters=spec.comm_pass_iters)
+        env = {"DS_ACCELERATOR": "cuda" if cfg.device == "cuda" else "cpu"}
+        run = launch(DS_ENTRY, kwargs, lc, run_dir=run_dir, env=env, quiet=quiet)
+        world = lc.world_size * lc.nnodes
+        backend = lc.resolved_backend()
+    else:
+        kwargs = {k: v for k, v in common.items() if k != "device"}
+        kwargs.update(n_devices=spec.run.world_size, vanilla=spec.engine == "dp-vanilla")
+        one = LaunchConfig(world_size=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
+                           wall_timeout_s=lc.wall_timeout_s, pg_timeout_s=lc.pg_timeout_s,
+                           join_timeout_s=lc.join_timeout_s)
+        run = launch(DP_ENTRY, kwargs, one, run_dir=run_dir, quiet=quiet)
+        world = spec.run.world_size
+        backend = "cuda copies (one process)"
+    if run.result is None:
+        return None
+    ranks = run.result["ranks"]
+    out = {
+        "world_size": world, "nnodes": lc.nnodes, "backend": backend,
+        "device": ranks[0]["device"], "preset": spec.run.preset, "iterations": spec.run.iters,
+        "warmup": spec.run.warmup, "bare": False, "injection": spec.run.injection.to_dict(),
+        "injection_text": None, "threads_per_rank": lc.threads_per_rank,
+        "loader_workers": ranks[0]["loader_workers"], "images_per_rank": cfg.images_per_rank,
+        "crop_size": list(cfg.crop_size),
+        "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
+        "environment": environment(), "wall_s": run.wall_s, "ranks": ranks,
+    }
+    out.update(aggregate_phases(ranks, PHASES))
+    timelines = {r["rank"]: r["timeline"] for r in ranks}
+    blame = compute_blame(timelines, spec.run.warmup)
+    out.update(summarize_blame(blame))
+    annotate(timelines)
+    out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
+    out["clock"] = _clock_summary(ranks)
+    if spec.engine == "deepspeed":
+        out["ds_cross_check"] = ds_cross_check(ranks)
+    out["engine"] = engine_block(spec, out)
+    return out
+
+
+# ----------------------------------------------------------------- what engines differ in
+
+def _micro_starts(iteration: dict) -> list[float]:
+    """Start of each micro-step: the iteration start, then every mark that closes an optimizer
+    or backward phase and is followed by a data_wait (the next micro-batch's loading)."""
+    marks = iteration["marks"]
+    starts = [marks[0][1]]
+    for (name, t), (nxt, _) in zip(marks[1:], marks[2:]):
+        if nxt == "data_wait" and name != "data_wait":
+            starts.append(t)
+    return starts
+
+
+def comm_rounds(iteration: dict) -> int:
+    """Micro-steps of this iteration in which gradients were communicated during backward:
+    1 for DDP with no_sync accumulation and ZeRO-0/1 (at the boundary only), K for ZeRO-2."""
+    starts = _micro_starts(iteration)
+    rounds = set()
+    for c in iteration["collectives"]:
+        op = traffic.collective_op(c["name"])
+        in_backward = c["name"].startswith("bucket") or c["name"].endswith("@backward")
+        if op is None or not in_backward or c.get("arrive") is None:
+            continue
+        rounds.add(sum(1 for s in starts if s <= c["arrive"]))
+    return len(rounds)
+
+
+def gradient_collectives(iteration: dict) -> int:
+    """Gradient-reduction collectives of one iteration (DDP buckets; DeepSpeed's reductions in
+    backward)."""
+    return sum(1 for c in iteration["collectives"]
+               if c["name"].startswith("bucket")
+               or (c["name"].endswith("@backward") and traffic.collective_op(c["name"])))
+
+
+def _steps(timeline: list[dict], warmup: int, group: int) -> list[list[dict]]:
+    """Measured optimizer steps as lists of timeline iterations (DDP with ``no_sync``
+    accumulation records each micro-batch as an iteration; the other engines one per step)."""
+    measured = timeline[warmup:]
+    return [measured[i:i + group] for i in range(0, len(measured) - group + 1, group)]
+
+
+def _step_rows(result: dict, group: int) -> dict:
+    """Per rank, per optimizer step: seconds of the step and of each phase."""
+    out = {}
+    for r in result["ranks"]:
+        rows = []
+        for step in _steps(r["timeline"], result["warmup"], group):
+            phases = dict.fromkeys(PHASES, 0.0)
+            for it in step:
+                for p, v in phase_durations(it).items():
+                    phases[p] += v
+            rows.append({"step_s": sum(phases.values()), "phases": phases})
+        out[r["rank"]] = rows
+    return out
+
+
+def step_summary(result: dict, group: int) -> dict:
+    """Median of per-rank medians of the optimizer step and its phases (seconds)."""
+    rows = _step_rows(result, group)
+
+    def med(values):
+        return statistics.median(values) if values else None
+    per_rank = {r: {"step_s": med([x["step_s"] for x in v]),
+                    **{p: med([x["phases"][p] for x in v]) for p in PHASES}}
+                for r, v in rows.items()}
+    keys = ["step_s", *PHASES]
+    return {k: med([v[k] for v in per_rank.values() if v[k] is not None]) for k in keys}
+
+
+def engine_block(spec: EngineSpec, result: dict) -> dict:
+    """Bytes, rounds, communication per image, memory and state: the engine comparison's
+    columns for one run, per optimizer step (rank 0's timeline for counts and bytes; medians
+    over measured steps)."""
+    world = result["world_size"]
+    ranks = result["ranks"]
+    r0 = ranks[0]
+    k = spec.grad_accum
+    group = k if spec.engine == "ddp" else 1   # timeline iterations per optimizer step
+    images_per_device_step = result["images_per_rank"] * k
+    steps = step_summary(result, group)
+    block = {"name": spec.engine, "key": spec.key, "zero": spec.zero_stage, "grad_accum": k,
+             "instrumentation": INSTRUMENTATION[spec.engine],
+             "images_per_step": images_per_device_step * world,
+             "step_s": steps["step_s"], "step_phases_s": {p: steps[p] for p in PHASES}}
+    if group == 1 and result.get("blame_s"):
+        block["step_blame_s"] = dict(result["blame_s"])
+    elif result.get("blame_mean_s"):  # per micro-batch: means add up to the step, medians do not
+        block["step_blame_s"] = {key: v * group for key, v in result["blame_mean_s"].items()}
+    if spec.engine in ("dp", "dp-vanilla"):
+        rows = r0.get("copies_bytes") or []
+        med = {kind: statistics.median(r[kind] for r in rows) for kind in rows[0]} if rows else {}
+        wire = sum(med.values()) if med else None
+        block["traffic"] = {"message_bytes": wire, "wire_bytes_per_rank": wire,
+                            "by_copy": med, "collectives_per_step": 4 if med else None,
+                            "gradient_collectives_per_step": k if world > 1 else 0,
+                            "comm_rounds_per_step": k if world > 1 else 0,
+                            "note": "one process: bytes copied between devices per iteration"}
+    else:
+        per_step = []
+        for step in _steps(r0["timeline"], result["warmup"], group):
+            rows = traffic.traffic_from_timeline(step, world)["per_iteration"]
+            by_op: dict = {}
+            for row in rows:
+                for op, v in row["by_op"].items():
+                    e = by_op.setdefault(op, {"count": 0, "bytes": 0})
+                    e["count"] += v["count"]
+                    e["bytes"] += v["bytes"]
+            per_step.append({
+                "message_bytes": sum(r["message_bytes"] for r in rows),
+                "wire_bytes_per_rank": sum(r["wire_bytes_per_rank"] for r in rows),
+                "collectives": sum(r["collectives"] for r in rows), "by_op": by_op,
+                "gradient_collectives": sum(gradient_collectives(i) for i in step),
+                "comm_rounds": sum(comm_rounds(i) for i in step)})
+        ops = {op for s in per_step for op in s["by_op"]}
+        block["traffic"] = {
+            "message_bytes": _median([s["message_bytes"] for s in per_step]),
+            "wire_bytes_per_rank": _median([s["wire_bytes_per_rank"] for s in per_step]),
+            "collectives_per_step": _median([s["collectives"] for s in per_step]),
+            "by_op": {op: {"count": _median([s["by_op"].get(op, {}).get("count", 0) for s in per_step]),
+                           "bytes": _median([s["by_op"].get(op, {}).get("bytes", 0) for s in per_step])}
+                      for op in sorted(ops)},
+            "gradient_collectives_per_step": _median([s["gradient_collectives"] for s in per_step]),
+            "comm_rounds_per_step": _median([s["comm_rounds"] for s in per_step]),
+            "model": "ring: all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, "
+                     "broadcast and reduce 1 x message bytes per rank",
+        }
+        if spec.engine == "deepspeed":
+            block["comms_logger"] = r0.get("comms_logger")
+            block["ds_config"] = r0.get("ds_config")
+            block["deepspeed"] = r0.get("deepspeed")
+    wire = block["traffic"]["wire_bytes_per_rank"]
+    block["comm_per_image_s"] = steps["exposed_comm"] / images_per_device_step
+    block["wire_bytes_per_image"] = None if wire is None else wire / images_per_device_step
+    block["memory"] = {str(r["rank"]): r.get("memory") for r in ranks}
+    block["model_state"] = {str(r["rank"]): r.get("model_state") for r in ranks}
+    peaks = [m["peak_bytes"] for m in block["memory"].values() if m]
+    block["peak_memory_bytes"] = max(peaks) if peaks else None
+    if not peaks:
+        block["memory_note"] = ("this engine's rank loop records no peak memory "
+                                "(swinkit.workloads.ddp._result has no 'memory' field)")
+    return block
+
+
+def ds_cross_check(ranks: list[dict]) -> dict | None:
+    """DeepSpeed's own timers against the same engine calls timed by swinkit (host clock around
+    ``engine()``, ``engine.backward()``, ``engine.step()``; per optimizer step, medians over
+    steps and ranks): fwd, bwd (bwd_inner + bwd_allreduce) and step."""
+    out = {}
+    for key, timer in (("forward", "fwd"), ("backward", "bwd"), ("step", "step")):
+        ours, theirs = [], []
+        for r in ranks:
+            for t, spans in zip(r.get("ds_timers") or [], r.get("engine_calls") or []):
+                if t and timer in t:
+                    ours.append(spans[key])
+                    theirs.append(t[timer])
+        if not ours:
+            out[key] = None
+            continue
+        mine, other = statistics.median(ours), statistics.median(theirs)
+        out[key] = {"ours_s": mine, "deepspeed_s": other, "timer": timer, "n": len(ours),
+                    "disagreement": abs(mine - other) / mine if mine else None}
+    return out if any(out.values()) else None
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# ----------------------------------------------------------------- several engines
+
+def run_engines(keys, world_sizes, run, grad_accum: int = 1, progress=print, quiet=True,
+                **spec_kw) -> dict:
+    """Every engine key at every world size: ``{(key, ws): result}`` plus the reasons for what
+    did not run (``{"skipped": {(key, ws): reason}, "failed": {...}}``)."""
+    from swinkit.dist import LaunchError
+    results, skipped, failed = {}, {}, {}
+    for ws in world_sizes:
+        lc = dataclasses.replace(run.launch_config(), world_size=ws)
+        base = dataclasses.replace(run, world_size=ws, launch=lc)
+        for key in keys:
+            spec = spec_for_key(key, base, grad_accum=grad_accum, **spec_kw)
+            try:
+                spec.validate()
+            except EngineUnavailable as exc:
+                skipped[(key, ws)] = str(exc)
+                progress(f"  {key}, world size {ws}: skipped: {exc}")
+                continue
+            progress(f"  {key}, world size {ws}: {run.warmup} + {run.iters} iterations")
+            try:
+                results[(key, ws)] = run_engine(spec, quiet=quiet, progress=progress)
+            except LaunchError as exc:
+                failed[(key, ws)] = exc.diagnosis.summary
+                progress(f"  {key}, world size {ws}: FAILED: {exc.diagnosis.summary}")
+    return {"results": results, "skipped": skipped, "failed": failed}
+
+
+def compare_rows(runs: dict) -> list[dict]:
+    """One row per (engine, world size) that ran: iteration, efficiency against the same
+    engine at world size 1, blame, bytes, memory."""
+    results = runs["results"]
+    rows = []
+    for (key, ws), r in sorted(results.items(), key=lambda kv: (kv[0][1], COMPARED.index(kv[0][0])
+                                                                 if kv[0][0] in COMPARED else 99)):
+        base = results.get((key, 1))
+        eng = r["engine"]
+        rows.append({
+            "engine": key, "world_size": ws, "iter_s": eng["step_s"],
+            "efficiency": base["engine"]["step_s"] / eng["step_s"] if base else None,
+            "blame_s": eng.get("step_blame_s") or eng["step_phases_s"],
+            "message_bytes": eng["traffic"]["message_bytes"],
+            "wire_bytes_per_rank": eng["traffic"]["wire_bytes_per_rank"],
+            "comm_rounds_per_step": eng["traffic"]["comm_rounds_per_step"],
+            "comm_per_image_s": eng["comm_per_image_s"],
+            "peak_memory_bytes": eng["peak_memory_bytes"],
+            "optimizer_state_bytes": _state(eng, "optimizer_states"),
+            "grad_accum": eng["grad_accum"],
+        })
+    return rows
+
+
+def _state(eng: dict, key: str):
+    values = [s[key] for s in eng["model_state"].values() if s and s.get(key) is not None]
+    return max(values) if values else None
+
+
+def engine_sweep(preset: str, keys=COMPARED, world_sizes=(1, 2, 4, 8), grad_accum: int = 1,
+                 iters: int = 10, warmup: int = 3, wall_timeout_s: float = 900.0,
+                 progress=print):
+    """A :class:`~swinkit.workloads.sweep.Sweep` keyed ``(engine key, world size)``: what this
+    machine cannot run is skipped with the reason (more ranks than cores or GPUs; DataParallel
+    without GPUs; DeepSpeed not installed), a failed run is recorded as failed."""
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.workloads.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+    sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
+                        "grad_accum": grad_accum, "environment": environment()})
+    plan = plan_world_sizes(world_sizes)
+    for ws in world_sizes:
+        launch_cfg = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
+                                  wall_timeout_s=wall_timeout_s)
+        run = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
+                         launch=launch_cfg)
+        for key in keys:
+            spec = spec_for_key(key, run, grad_accum=grad_accum)
+            if spec.engine not in ("dp", "dp-vanilla") and plan[ws]:
+                sweep.skipped[(key, ws)] = plan[ws]
+                continue
+            try:
+                spec.validate()
+            except EngineUnavailable as exc:
+                sweep.skipped[(key, ws)] = str(exc)
+                continue
+            progress(f"  {key}, preset {preset}, world size {ws}, grad_accum {grad_accum}: "
+                     f"{warmup} + {iters} optimizer steps")
+            sweep.run((key, ws), lambda: run_engine(spec, progress=progress), progress)
+    return sweep
