@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
-from swinkit.engines import memory
+from swinkit.measure import memory
 from swinkit.engines.collectives import CollectiveRecorder
 from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSampler

@@ -28,7 +28,7 @@ import time
 import torch
 from torch import nn
 
-from swinkit.engines import memory
+from swinkit.measure import memory
 from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timeline import Timeline, make_clock, phase_durations

@@ -151,12 +151,12 @@ class ModuleCollective:
 
     ``start`` is the arrival, taken by the caller or a pre-hook; ``finish`` closes it."""
 
-    def __init__(self, timeline, name: str):
-        self.timeline, self.name, self.open = timeline, name, None
+    def __init__(self, timeline, name: str, nbytes: int = 0):
+        self.timeline, self.name, self.open, self.nbytes = timeline, name, None, nbytes
 
     def start(self, mark=None) -> None:
         clock = self.timeline.clock
-        self.open = self.timeline.collective(self.name, blocking=True,
+        self.open = self.timeline.collective(self.name, blocking=True, nbytes=self.nbytes,
                                              arrive=clock.now() if mark is None else mark)
 
     def finish(self, *_) -> None:
@@ -171,7 +171,8 @@ def record_buffer_broadcast(timeline, ddp) -> ModuleCollective | None:
     after. The caller starts the record just before calling DDP (the arrival)."""
     if not (ddp.broadcast_buffers and len(list(ddp.module.buffers())) > 0):
         return None
-    recorder = ModuleCollective(timeline, "buffers")
+    recorder = ModuleCollective(timeline, "buffers", nbytes=sum(
+        b.numel() * b.element_size() for b in ddp.module.buffers()))
     ddp.module.register_forward_pre_hook(recorder.finish)
     return recorder
 

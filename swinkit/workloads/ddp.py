@@ -18,16 +18,19 @@ instrumentation costs).
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
+from swinkit.measure import memory
 from swinkit.measure import ddp_hooks
 from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
@@ -55,6 +58,7 @@ class RankRun:
     buffers: ddp_hooks.ModuleCollective | None
     stats: ddp_hooks.DDPStats | None
     options: DDPOptions = field(default_factory=DDPOptions)
+    memory_baseline: int = 0
     cpu: CpuUsage = field(default_factory=CpuUsage)
     nvml: NvmlSampler | None = None
     losses: list = field(default_factory=list)
@@ -71,6 +75,11 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
     add_data_delay(cfg, injection, rank.rank)
+    # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
+    # run with loader workers 0 (augmenting in this process) is reproducible too.
+    np.random.seed(seed + rank.rank)
+    random.seed(seed + rank.rank)
+    memory_baseline = memory.rss_bytes()
     torch.manual_seed(seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
     add_compute_delay(model, injection, rank.rank, cuda)
@@ -100,7 +109,7 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
                           seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
     return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
-                   buckets, buffers, stats, options=options,
+                   buckets, buffers, stats, options=options, memory_baseline=memory_baseline,
                    nvml=NvmlSampler(rank.local_rank) if cuda else None)
 
 
@@ -169,6 +178,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     with out_of_memory_named(rank.rank, run.cfg):
         for it in range(warmup + iters):
             if it == warmup:
+                memory.reset_device_peak(run.cuda)
                 run.cpu.start()
                 run.nvml and run.nvml.start()
             rank.heartbeat(it)  # a small file write: lands in the previous iteration's tail
@@ -202,6 +212,7 @@ def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict) -> dict:
         "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
         "loss": [float(v) for v in run.losses[warmup:]],
         "cpu": run.cpu.stop(), "gpu": run.nvml.stop() if run.nvml else None,
+        "memory": memory.peak_memory(run.cuda, run.memory_baseline),
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
         "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
