@@ -43,6 +43,9 @@ def get_parser() -> argparse.ArgumentParser:
                    help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
                         "the global batch fixed (the preset's images per rank x the largest "
                         "world size), divided among the ranks")
+    p.add_argument("--engine", help="with --run: compare engines instead of attributing DDP: "
+                                    "ddp, zero1, zero2, dp, dp_vanilla (comma-separated) or all; "
+                                    "one table, and with --html a figure beside it")
     p.add_argument("--what-if", metavar="NAMES",
                    help="with --run: predict each remedy (comma-separated names, 'default' or "
                         "'all'; see --list-remedies) from its components, write the "
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.report.text import text_report
     from swinkit.workloads.inject import parse_injection
 
+    if args.engine:
+        return _engines(args)
     try:
         remedies = None
         if args.what_if:
@@ -118,6 +123,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.html:
         paths = write_html(report, args.html)
         print(f"HTML report: {paths[0]}")
+    return 0
+
+
+def _engines(args) -> int:
+    """--run --engine: the same workload under each engine, side by side (table, JSON, figure)."""
+    from swinkit.dist import LaunchError
+    from swinkit.engines.compare import compare_figure, compare_table
+    from swinkit.engines.spec import COMPARED
+    from swinkit.files import write_json_atomic
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.workloads.engine_run import compare_rows, run_engines
+
+    keys = list(COMPARED) if args.engine == "all" else [k.strip() for k in args.engine.split(",")]
+    unknown = [k for k in keys if k not in COMPARED]
+    if not args.run or unknown:
+        print("attribute: error: " + (f"--engine: unknown {unknown}; known: {list(COMPARED)}"
+                                      if unknown else "--engine runs the engines: it needs --run"),
+              file=sys.stderr)
+        return 2
+    try:
+        runs = run_engines(keys, _world_sizes(args.world_sizes),
+                           DDPRunSpec(preset=args.preset, iters=args.iters))
+    except LaunchError as exc:
+        print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"attribute: error: {exc}", file=sys.stderr)
+        return 2
+    rows = compare_rows(runs)
+    print(compare_table(rows, runs["skipped"], runs["failed"]))
+    if args.json:
+        write_json_atomic(args.json, {"engines": rows,
+                                      "skipped": {f"{k}@{ws}": v for (k, ws), v in runs["skipped"].items()},
+                                      "failed": {f"{k}@{ws}": v for (k, ws), v in runs["failed"].items()}})
+        print(f"JSON report: {args.json}")
+    if args.html:
+        figure = Path(args.html).with_name("engines.png")
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        figure.write_bytes(compare_figure(rows))
+        print(f"figure: {figure}")
     return 0
 
 
