@@ -1,8 +1,13 @@
 """Gradient all-reduce of the thesis model (SwinV2-B backbone, whole segmentor, DDP buckets),
 and of the running preset's own DDP buckets."""
-from swinkit.workloads.allreduce import DTYPES, LAYOUTS, allreduce_sweep
+from .common import WORLD_SIZES, lazy, preset, samples
 
-from .common import WORLD_SIZES, preset, samples
+# Imported when setup_cache runs, not here (see common.py: track processes import no torch).
+allreduce_sweep = lazy("swinkit.workloads.allreduce:allreduce_sweep")
+# swinkit.workloads.allreduce's LAYOUTS and DTYPES' keys, written out (that module imports
+# torch; tests/test_benchmark_imports.py keeps them equal).
+LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
+DTYPES = ("fp32", "bf16")
 
 
 class _Sweep:

@@ -1,6 +1,7 @@
 """Data-loader throughput of the MMSeg ADE20K pipeline: N loaders on the machine's cores."""
 import statistics
 
+# torch-free at import (its workload imports are inside its functions; see common.py)
 from swinkit.workloads.loader_throughput import STAGE_NAMES, loader_sweep
 
 from .common import WORLD_SIZES, preset, samples

@@ -1,11 +1,15 @@
 """The full DDP iteration across world sizes: time, phases, blame, skew, utilisation, scaling."""
 import math
 
-from swinkit import scaling
-from swinkit.workloads.ddp import PHASES
-from swinkit.workloads.ddp_sweep import ddp_sweep
+from swinkit import scaling  # torch-free arithmetic
 
-from .common import WORLD_SIZES, preset, samples
+from .common import WORLD_SIZES, lazy, preset, samples
+
+# Imported when setup_cache runs, not here (see common.py: track processes import no torch).
+ddp_sweep = lazy("swinkit.workloads.ddp_sweep:ddp_sweep")
+# swinkit.measure.phases.PHASES (re-exported by swinkit.workloads.ddp, which imports torch and
+# mmseg), written out like BLAME_KEYS below; tests/test_benchmark_imports.py keeps them equal.
+PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
 
 # swinkit.measure.phases.BLAME_KEYS, written out: asv runs this file against older commits,
 # whose swinkit has no blame (tests/test_benchmarks.py keeps the two equal).

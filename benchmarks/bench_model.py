@@ -1,12 +1,17 @@
 """SwinV2 forward/backward in one process: backbone and whole segmentor, per preset and batch."""
-from swinkit.config import PRESETS
-from swinkit.workloads.forward_backward import BATCHES as BATCH_MULTIPLES
-from swinkit.workloads.forward_backward import OPS, SCOPES, model_sweep
+from swinkit.config import PRESETS  # torch-free
 
-from .common import samples
+from .common import lazy, samples
+
+# Imported when setup_cache runs, not here (see common.py: track processes import no torch).
+model_sweep = lazy("swinkit.workloads.forward_backward:model_sweep")
+# swinkit.workloads.forward_backward's SCOPES, OPS and BATCHES' keys, written out (that module
+# imports torch; tests/test_benchmark_imports.py keeps them equal).
+SCOPES = ("backbone", "segmentor")
+OPS = ("forward", "forward_backward", "optimizer")
 
 MODEL_PRESETS = [p for p in PRESETS if p != "test"]
-BATCHES = list(BATCH_MULTIPLES)
+BATCHES = ["per_rank", "double"]
 
 
 class ForwardBackward:

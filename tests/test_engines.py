@@ -387,7 +387,11 @@ def test_ddp_bytes_per_iteration_are_the_models_gradient_bytes(ddp_runs, test_cf
     eng = ddp_runs[2]["engine"]
     by_op = eng["traffic"]["by_op"]
     assert by_op["all_reduce"]["bytes"] == grad_bytes
-    assert eng["traffic"]["wire_bytes_per_rank"] == pytest.approx(grad_bytes)  # + 0-byte buffers
+    # and DDP's buffer broadcast (BN statistics), by the module's buffers: a broadcast's ring
+    # passes the message once along the chain, so each rank sends at most its size
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert by_op["broadcast"]["bytes"] == buffer_bytes > 0
+    assert eng["traffic"]["wire_bytes_per_rank"] == pytest.approx(grad_bytes + buffer_bytes)
     assert sum(ddp_runs[2]["bucket_sizes_bytes"]) == grad_bytes
     assert ddp_runs[1]["engine"]["traffic"]["wire_bytes_per_rank"] == 0
     assert eng["traffic"]["comm_rounds_per_step"] == 1
