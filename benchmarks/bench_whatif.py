@@ -2,20 +2,21 @@
 
 A change in swinkit or torch that breaks a remedy (or the oracle's prediction of it) shows in
 asv's history. The default run tracks a few remedies, one of each kind of change; the rest with
-``SWINKIT_WHATIF=all`` (or comma-separated names). World sizes: ``SWINKIT_WHATIF_WORLD_SIZES``
-(default 1,2: the remedies are run where the machine holds every rank).
+``SWINKIT_WHATIF=all`` (or comma-separated names). World sizes: the suite's (those the machine
+cannot hold are skipped with the reason), or ``SWINKIT_WHATIF_WORLD_SIZES``.
 """
 import math
 import os
 
 from swinkit.workloads.remedies import CATALOGUE, select
 from swinkit.workloads.sweep import Sweep, plan_world_sizes
-from swinkit.workloads.whatif_run import what_if
+from .common import WORLD_SIZES as ALL_WORLD_SIZES, lazy, preset
 
-from .common import preset
+what_if = lazy("swinkit.workloads.whatif_run:what_if")  # torch and MMSeg in setup_cache only
 
 REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or None)]
-WORLD_SIZES = [int(x) for x in os.environ.get("SWINKIT_WHATIF_WORLD_SIZES", "1,2").split(",")]
+WORLD_SIZES = [int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")] if (
+    os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else list(ALL_WORLD_SIZES)
 
 
 class Remedy:

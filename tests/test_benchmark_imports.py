@@ -16,7 +16,7 @@ import pytest
 from swinkit.workloads.sweep import Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp"]
+MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp", "bench_whatif"]
 HEAVY = ("torch", "mmseg", "mmcv", "mmengine", "cv2", "deepspeed")
 
 # One track benchmark per file, parameter combination 0, with a Sweep holding what it reads,
@@ -29,6 +29,10 @@ TRACKS = {
                    {"samples": [0.25, 0.5], "number": 1}),
     "bench_data": ("bench_data.ModelDemand.track_images_per_s_per_rank-0",
                    Sweep(results={("demand", 1): {"images_per_s": 3.0}}), 3.0),
+    "bench_whatif": ("bench_whatif.Remedy.track_iteration-0",  # (world size 1, baseline)
+                     Sweep(results={"what_if": {"what_if": [
+                         {"name": "baseline", "world_size": 1, "measured_iter_s": 0.25}]}}),
+                     0.25),
     "bench_model": ("bench_model.Memory.track_peak_memory-0",  # (thesis, per_rank)
                     Sweep(results={("thesis", "per_rank"): {"peak_memory_mib": 123.0}}), 123.0),
 }

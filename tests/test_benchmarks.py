@@ -14,7 +14,8 @@ from swinkit.measure import phases
 from swinkit.workloads.sweep import Sweep, plan_world_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp"]
+# every benchmark file, so a new one is checked without being listed here
+MODULES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("bench_*.py"))
 
 
 def _classes():
