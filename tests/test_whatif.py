@@ -208,3 +208,21 @@ def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
     # the baseline at its smallest world size is the efficiency reference: 1 by definition
     assert rows[("baseline", 1)]["efficiency_before"] == pytest.approx(1.0)
     assert set(out["what_if_rank_correlation"]) == {"1", "2"}
+
+
+def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():
+    """Rank 0 loads in 0.1, 0.3, 0.1, ... s and rank 1 in 0.3, 0.1, 0.3, ...: each has a median
+    of 0.2, but in every iteration one of them is 0.3 late and the other waits for it. Replayed
+    iteration by iteration the period is the first test's with 0.3 s loading: bucket 1 done
+    at 0.3 + 0.2 + 0.3 + 0.04 = 0.84, + 0.07 = 0.91 s. From the medians alone it would be 0.81."""
+    def rank(r, loads):
+        base = _rank(r, 0.2)
+        pos = base["positions"][0]
+        pos["samples"] = [{"phases_s": {**pos["phases_s"], "data_wait": d},
+                           "bucket_ready_s": pos["bucket_ready_s"]} for d in loads]
+        return base
+    fast_slow = [0.1, 0.3] * 4
+    out = simulate(_costs([rank(0, fast_slow), rank(1, fast_slow[1:] + [0.1])]))
+    assert out["predicted_iter_s"] == pytest.approx(0.91)
+    medians = _costs([_rank(0, 0.2), _rank(1, 0.2)])
+    assert simulate(medians)["predicted_iter_s"] == pytest.approx(0.81)

@@ -16,7 +16,10 @@ Optimization Toolkit for Expediting Distributed DNN Training"):
   DDP's finalisation (measured locally) and the optimizer run;
 * with gradient accumulation only the last micro-batch of a step synchronises gradients.
 
-The predicted iteration is the steady-state period of that replay, per micro-batch. Accuracy is
+Each rank's measured iterations are replayed in order, the i-th of every rank side by side
+(they ran at the same time, co-located), so a rank late in one iteration makes the others wait
+in that one; the predicted iteration is the median period of the replayed steps after the
+first, per micro-batch. Without samples the ranks' medians are replayed. Accuracy is
 Kahira et al.'s ("An Oracle for Guiding Large-Scale Model/Hybrid Parallel Training of
 Convolutional Neural Networks"): 100 % x (1 - |predicted - measured| / measured).
 
@@ -44,11 +47,16 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
     delay = {r["rank"]: (launch_delay_s or {}).get(r["rank"], 0.0) for r in ranks}
     t = {r["rank"]: 0.0 for r in ranks}
     comm_free = 0.0
-    step_ends = []
-    for _ in range(STEPS):
+    step_ends = [0.0]
+    n_samples = min((len(pos.get("samples") or []) for r in ranks for pos in r["positions"]),
+                    default=0)
+    for step in range(n_samples or STEPS):
         for p in range(k):
-            ph = {r["rank"]: r["positions"][p]["phases_s"] for r in ranks}
-            ready = {r["rank"]: r["positions"][p]["bucket_ready_s"] for r in ranks}
+            # the ranks' step-th measured iterations side by side (their medians without them)
+            this = {r["rank"]: (r["positions"][p]["samples"][step] if n_samples
+                                else r["positions"][p]) for r in ranks}
+            ph = {rank: v["phases_s"] for rank, v in this.items()}
+            ready = {rank: v["bucket_ready_s"] for rank, v in this.items()}
             for r in t:
                 t[r] += ph[r]["data_wait"]
             if broadcast > 0:
@@ -66,7 +74,9 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
             for r in t:
                 t[r] += ph[r]["exposed_comm"] + ph[r]["optimizer"] + ph[r]["other"]
         step_ends.append(max(t.values()))
-    step = step_ends[-1] - step_ends[-2]
+    periods = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    # the first step starts from an idle pipeline: steady state is every step after it
+    step = statistics.median(periods[1:] if len(periods) > 1 else periods)
     local = {name: statistics.median(statistics.fmean(r["positions"][p]["phases_s"][name]
                                                       for p in range(k)) for r in ranks)
              for name in LOCAL_PHASES}

@@ -120,6 +120,10 @@ def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:
             "phases_s": {name: statistics.median(ph[name] for ph in phases) for name in phases[0]},
             "bucket_ready_s": [statistics.median(r[j] for r in ready if len(r) > j)
                                for j in range(n_buckets)],
+            # each measured iteration too: the replay pairs the ranks' i-th iterations, so a
+            # rank that is late in one iteration makes the others wait in that one (the
+            # median of a max is not the max of the medians)
+            "samples": [{"phases_s": ph, "bucket_ready_s": r} for ph, r in zip(phases, ready)],
         })
     return {"rank": rank_result["rank"], "positions": positions}
 
