@@ -122,6 +122,7 @@ def _html_files(html: Path):
 
 # --- (a) a real asv publish output ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_published_page_names_no_remote_address_after_rewrite(published, tmp_path):
     html = _copy(published, tmp_path / "html")
     before = off.remote_references((html / "index.html").read_text())

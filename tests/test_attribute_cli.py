@@ -61,6 +61,7 @@ def results(tmp_path):
     return tmp_path / "results"
 
 
+@pytest.mark.slow
 def test_latest_commit_report_json_and_html(results, tmp_path):
     out = _attribute("--results", str(results), "--json", str(tmp_path / "a.json"),
                      "--html", str(tmp_path / "a.html"))

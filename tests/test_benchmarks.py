@@ -109,6 +109,7 @@ SMALL = {"backbone_flat": [1000], "segmentor_flat": [3000], "ddp_buckets": [1000
          "preset_buckets": [500, 500]}
 
 
+@pytest.mark.slow
 def test_allreduce_correctness_check_passes_and_reports_bandwidth(no_orphans):
     from swinkit.workloads.allreduce import summarize_rank0
     run = launch("swinkit.workloads.allreduce:allreduce_rank", {"samples": 3, "sizes": SMALL},
@@ -136,6 +137,7 @@ def test_bus_bandwidth_where_the_candidate_formulas_differ():
         assert out["busbw_gbps"] == [pytest.approx(busbw)]
 
 
+@pytest.mark.slow
 def test_corrupted_reduction_fails_with_the_count(no_orphans):
     """Rank 1 sends corrupted values (every 97th element, as a faulty link would): the reduced
     tensor is wrong on every rank, the healthy rank 0 included, and each counts the same wrong
@@ -154,6 +156,7 @@ def test_corrupted_reduction_fails_with_the_count(no_orphans):
             assert f"{layout}/fp32: {corrupted}," in record["message"]
 
 
+@pytest.mark.slow
 def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     """A real `asv run --quick` of the DDP benchmarks the attribution reads, then the
     attribution on those stored results, then `asv publish`, in a scratch folder."""

@@ -39,6 +39,7 @@ def _bucket_contents(model, iters=3):
     return [seen[i] for i in sorted(seen)]
 
 
+@pytest.mark.slow
 def test_preset_bucket_layout_is_ddps_own(one_rank_group):
     from swinkit.config import load_config
     from swinkit.model.segmentor import build_segmentor

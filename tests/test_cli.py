@@ -6,6 +6,7 @@ import pytest
 from swinkit.cli import main
 
 
+@pytest.mark.slow
 def test_describe_thesis_json(capsys, tmp_path):
     assert main(["describe", "--preset", "thesis", "--json", "--data-root", str(tmp_path)]) == 0
     info = json.loads(capsys.readouterr().out)

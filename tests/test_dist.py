@@ -32,12 +32,14 @@ def run(tmp_path, fault=None, steps=6, **overrides):
     return launch(ENTRY, {"steps": steps}, cfg, run_dir=tmp_path / "run", env=env, quiet=True)
 
 
+@pytest.mark.slow
 def test_two_ranks_all_reduce(tmp_path, no_orphans):
     result = run(tmp_path).result
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
     assert all(len(r["allreduce_s"]) == 6 for r in result["ranks"])
 
 
+@pytest.mark.slow
 def test_killed_rank_is_named_with_its_signal(tmp_path, no_orphans):
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
@@ -48,6 +50,7 @@ def test_killed_rank_is_named_with_its_signal(tmp_path, no_orphans):
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow
 def test_raising_rank_traceback_is_the_root_cause(tmp_path, no_orphans):
     with pytest.raises(LaunchError) as info:
         run(tmp_path, "raise:0")
@@ -57,6 +60,7 @@ def test_raising_rank_traceback_is_the_root_cause(tmp_path, no_orphans):
     assert "Traceback" in d.detail and "_act" in d.detail
 
 
+@pytest.mark.slow
 def test_hung_rank_is_named_not_the_survivor(tmp_path, no_orphans):
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
@@ -66,6 +70,7 @@ def test_hung_rank_is_named_not_the_survivor(tmp_path, no_orphans):
     assert time.monotonic() - start < FAST["pg_timeout_s"] + 25  # timeout + start-up + grace
 
 
+@pytest.mark.slow
 def test_watchdog_ends_spinning_ranks(tmp_path, no_orphans):
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
@@ -75,6 +80,7 @@ def test_watchdog_ends_spinning_ranks(tmp_path, no_orphans):
     assert time.monotonic() - start < 8.0 + 15
 
 
+@pytest.mark.slow
 def test_rank_that_never_joins_is_named(tmp_path, no_orphans):
     with pytest.raises(LaunchError) as info:
         run(tmp_path, "nojoin:1")
@@ -120,6 +126,7 @@ def test_bad_launch_config_names_the_field(kwargs, message):
         LaunchConfig(**kwargs).validate()
 
 
+@pytest.mark.slow
 def test_validation_holds_under_python_O(tmp_path):
     proc = subprocess.run([sys.executable, "-O", "-m", "swinkit", "ddp", "--world-size", "0",
                            "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
@@ -129,6 +136,7 @@ def test_validation_holds_under_python_O(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_orphans):
     out = tmp_path / "r.json"
     out.write_text(json.dumps({"old": True}))
@@ -176,6 +184,7 @@ def _run_dirs_of(pid):
     return dirs
 
 
+@pytest.mark.slow
 def test_two_nodes_on_localhost(tmp_path, no_orphans):
     """Two agents, one per 'node', meet at one c10d endpoint: 4 ranks in one process group."""
     from concurrent.futures import ThreadPoolExecutor

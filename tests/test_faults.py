@@ -97,6 +97,7 @@ def test_skip_mode_replaces_and_records_up_to_the_cap(data_copy):
         strict[index]
 
 
+@pytest.mark.slow
 def test_corrupt_sample_in_ddp_names_file_and_index(data_copy, no_orphans):
     img, _ = _sample_paths(data_copy, 5)
     img.write_bytes(img.read_bytes()[:300])
@@ -110,6 +111,7 @@ def test_corrupt_sample_in_ddp_names_file_and_index(data_copy, no_orphans):
     assert "sample " in d.summary and d.rank in (0, 1)
 
 
+@pytest.mark.slow
 def test_corrupt_sample_in_loader_benchmark_is_named(data_copy, no_orphans):
     _, seg = _sample_paths(data_copy, 1)
     seg.write_bytes(b"")
@@ -133,6 +135,7 @@ def test_killed_loader_worker_is_reported(test_cfg, monkeypatch):
         next(batches(loader))
 
 
+@pytest.mark.slow
 def test_stalled_loader_times_out(test_cfg, monkeypatch):
     monkeypatch.setenv("SWINKIT_FAULT", f"loader_stall:{_first_index(test_cfg)}")
     loader = build_loader(test_cfg, workers=1, timeout_s=3)
@@ -143,6 +146,7 @@ def test_stalled_loader_times_out(test_cfg, monkeypatch):
     del loader  # its stalled worker is stopped with it
 
 
+@pytest.mark.slow
 def test_out_of_memory_names_rank_and_batch(no_orphans):
     """The cpu preset: its iterations allocate tens of MB afresh, so a capped address space
     fails on the next one (the test preset's small tensors come from reused heap)."""
@@ -223,6 +227,7 @@ def test_attribution_flags_unstable_runs():
     assert r["runs"][0]["unstable"] and not r["runs"][1]["unstable"]
 
 
+@pytest.mark.slow
 def test_asv_records_a_crashing_benchmark_as_failed(asv_scratch, no_orphans):
     """Under asv, a benchmark whose rank is killed is failed (not a number), and the next
     benchmark in the same run still produces its result."""
