@@ -141,7 +141,6 @@ def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, 
 
 @pytest.mark.parametrize("argv, message", [
     (["--run", "--what-if", "bf16_hook,nope"], "unknown remedy nope"),
-    (["--what-if", "bf16_hook"], "--what-if runs the remedies: it needs --run"),
     (["--run", "--scaling", "linear"], "invalid choice: 'linear'"),
 ])
 def test_what_if_arguments_fail_before_any_launch(argv, message, tmp_path):
@@ -162,3 +161,40 @@ def test_list_remedies_names_each_with_what_it_changes():
     assert proc.returncode == 0
     for name, remedy in CATALOGUE.items():
         assert f"{name}" in proc.stdout and remedy.what in proc.stdout
+
+
+def test_what_ifs_read_back_from_stored_asv_results(tmp_path):
+    """bench_whatif's stored tracks become the report's what-if rows: error and efficiencies
+    from the stored numbers (worked here by hand), the ranking per world size."""
+    folder = tmp_path / "results" / "box"
+    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in COMPONENTS},
+                                            2: {c: 0.15 for c in COMPONENTS}}, date=1)
+    path = next(folder.glob("*.json"))
+    data = json.loads(path.read_text())
+    params = [["1", "2"], ["'baseline'", "'bf16_hook'"]]  # product: (1,b) (1,h) (2,b) (2,h)
+    data["results"]["bench_whatif.Remedy.track_iteration"] = _entry([1.0, 0.9, 1.25, 1.0], params)
+    data["results"]["bench_whatif.Remedy.track_predicted_iteration"] = _entry(
+        [1.1, 0.9, 1.2, 1.05], params)
+    data["results"]["bench_whatif.Remedy.track_efficiency"] = _entry([1.0, 1.11, 0.8, 1.0], params)
+    path.write_text(json.dumps(data))
+    (folder / "machine.json").write_text("{}")
+    from swinkit.attribution.inputs import what_if_from_asv
+    out = what_if_from_asv(tmp_path / "results")
+    rows = {(r["name"], r["world_size"]): r for r in out["what_if"]}
+    assert rows[("baseline", 1)]["prediction_error"] == pytest.approx(0.10)    # 1.1 vs 1.0
+    assert rows[("bf16_hook", 2)]["prediction_error"] == pytest.approx(0.05)   # 1.05 vs 1.0
+    assert rows[("bf16_hook", 2)]["efficiency_before"] == pytest.approx(0.8)   # the baseline's
+    assert rows[("bf16_hook", 2)]["efficiency_after"] == pytest.approx(1.0)
+    # at N=2 the predicted order (1.2 > 1.05) matches the measured (1.25 > 1.0): +1
+    assert out["what_if_rank_correlation"]["2"] == pytest.approx(1.0)
+    proc = _attribute("--results", str(tmp_path / "results"), "--what-if", "default")
+    assert proc.returncode == 0, proc.stderr
+    assert "bf16_hook" in proc.stdout and "+5.0%" in proc.stdout
+
+
+def test_what_ifs_without_stored_results_say_which_command_makes_them(tmp_path):
+    folder = tmp_path / "results" / "box"
+    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in COMPONENTS}}, date=1)
+    (folder / "machine.json").write_text("{}")
+    proc = _attribute("--results", str(tmp_path / "results"), "--what-if", "default")
+    assert proc.returncode == 3 and "bench_whatif" in proc.stderr

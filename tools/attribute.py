@@ -49,7 +49,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--what-if", metavar="NAMES",
                    help="with --run: predict each remedy (comma-separated names, 'default' or "
                         "'all'; see --list-remedies) from its components, write the "
-                        "predictions, then run it and report predicted vs measured")
+                        "predictions, then run it and report predicted vs measured; without "
+                        "--run: the what-ifs asv's bench_whatif stored for the commit")
     p.add_argument("--list-remedies", action="store_true", help="list the what-if catalogue")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--html", help="write an offline HTML report here (PNGs beside it)")
@@ -87,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return _engines(args)
     try:
         remedies = None
-        if args.what_if:
-            if not args.run:
-                raise ValueError("--what-if runs the remedies: it needs --run")
+        if args.what_if and args.run:
             from swinkit.workloads.remedies import select
             remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
@@ -100,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
         against = from_asv(Path(args.results), args.machine, args.against) if args.against else None
         report = analyse(inputs, against)
+        if args.what_if and not args.run:  # what bench_whatif stored for this commit
+            from swinkit.attribution.inputs import what_if_from_asv
+            stored = what_if_from_asv(Path(args.results), args.machine, args.commit)
+            if not stored:
+                raise InputError("no what-if results for this commit: run `python tools/suite.py "
+                                 "-b bench_whatif` first, or use --run --what-if")
+            report.update(stored)
         if remedies is not None:
             from swinkit.workloads.whatif_run import what_if
             predictions = (Path(args.json).with_suffix(".predictions.json") if args.json

@@ -17,6 +17,9 @@ DDP_IMAGES_PER_RANK = "bench_ddp.Iteration.track_images_per_rank"
 MODEL_TIME = "bench_model.ForwardBackward.track_time"
 LOADER_SUPPLY = "bench_data.Loader.track_images_per_s_per_rank"
 ALLREDUCE_TIME = "bench_comm.AllReduce.track_time"
+WHATIF_ITERATION = "bench_whatif.Remedy.track_iteration"
+WHATIF_PREDICTED = "bench_whatif.Remedy.track_predicted_iteration"
+WHATIF_EFFICIENCY = "bench_whatif.Remedy.track_efficiency"
 
 ALL = tuple(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
             and v.startswith("bench_"))

@@ -157,3 +157,33 @@ def _isolated_from_asv(data: dict, measured: dict[int, Measured],
         except KeyError:
             continue  # that component was not measured at this world size: no prediction
     return out, None
+
+
+def what_if_from_asv(results_dir: Path, machine: str | None = None,
+                     commit: str | None = None) -> dict:
+    """The what-if section from ``bench_whatif``'s stored results (the report's ``what_if``
+    rows, as far as asv keeps them: predicted and measured iteration, their error, the
+    efficiency with the remedy and the baseline's beside it). Empty when the commit's results
+    have no what-ifs."""
+    from swinkit.attribution.oracle import accuracy, rank_correlation
+
+    _, _, data, _ = _load_results(Path(results_dir), machine, commit)
+    measured = _table(data, names.WHATIF_ITERATION)
+    predicted = _table(data, names.WHATIF_PREDICTED)
+    efficiency = _table(data, names.WHATIF_EFFICIENCY)
+    rows = []
+    for (ws, name), m in sorted(measured.items(), key=lambda kv: (int(kv[0][0]), kv[0][1] != "baseline")):
+        p = predicted.get((ws, name))
+        if p is None:
+            continue
+        base = efficiency.get((ws, "baseline"), {}).get("value")
+        rows.append({"name": name, "world_size": int(ws), "predicted_iter_s": p["value"],
+                     "measured_iter_s": m["value"], **accuracy(p["value"], m["value"]),
+                     "efficiency_before": base,
+                     "efficiency_after": efficiency.get((ws, name), {}).get("value")})
+    correlation = {}
+    for ws in sorted({r["world_size"] for r in rows}):
+        these = [r for r in rows if r["world_size"] == ws]
+        correlation[str(ws)] = rank_correlation([r["predicted_iter_s"] for r in these],
+                                                [r["measured_iter_s"] for r in these])
+    return {"what_if": rows, "what_if_rank_correlation": correlation} if rows else {}

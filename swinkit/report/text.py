@@ -111,7 +111,10 @@ def _what_if(r: dict) -> list[str]:
              f"  {'remedy':<20}{'N':>3}{'predicted':>11}{'measured':>10}{'error':>8}"
              f"{'E before':>10}{'E after':>9}  verdict"]
     for row in rows:
-        if row["holds"] is None:
+        if "holds" not in row:  # read back from asv: no noise floor stored with it
+            verdict = ("within 10 %" if abs(row["prediction_error"]) <= 0.10
+                       else "more than 10 % off")
+        elif row["holds"] is None:
             verdict = f"no change beyond noise ({row['noise_floor_s'] * 1e3:.1f} ms)"
         elif row["holds"]:
             verdict = "prediction holds (within 10 %)"
@@ -119,7 +122,8 @@ def _what_if(r: dict) -> list[str]:
             verdict = f"prediction off: {row['why_not']}"
         lines.append(f"  {row['name']:<20}{row['world_size']:>3}{row['predicted_iter_s']:>11.4f}"
                      f"{row['measured_iter_s']:>10.4f}{row['prediction_error']:>+8.1%}"
-                     f"{row['efficiency_before']:>10.2f}{row['efficiency_after']:>9.2f}  {verdict}")
+                     f"{_f(row['efficiency_before'], '{:.2f}'):>10}"
+                     f"{_f(row['efficiency_after'], '{:.2f}'):>9}  {verdict}")
     corr = {ws: v for ws, v in (r.get("what_if_rank_correlation") or {}).items() if v is not None}
     if corr:
         lines.append("  ranking of remedies, predicted vs measured (Spearman): "
