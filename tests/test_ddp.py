@@ -141,7 +141,11 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
     assert key == max(growth, key=growth.get), paired        # and it is the largest grower
     if expected is not None and idle:                         # deterministic: the amount too
         assert growth[key] == pytest.approx(expected, rel=0.20), paired
-        assert added == pytest.approx(expected, rel=0.20), paired
+        # the iteration itself may grow by less: while one rank spins or sleeps, the waiting
+        # rank's core serves the others' background work (loader, gloo, the test runner), which
+        # the clean neighbours pay for instead (a full CI run measured +88 ms for 120 ms
+        # injected on one rank while blame still found 112 ms in forward)
+        assert 0.6 * expected <= added <= 1.2 * expected, paired
     elif expected is not None:
         warnings.warn(f"{kind}: another process competes for the cores; the injected amount "
                       f"({expected} s, recovered {growth[key]:.4f} s) is not checked")
