@@ -41,30 +41,27 @@ class Remedy:
     def setup(self, sweep, world_size, remedy):
         sweep.get("what_if") if world_size not in sweep.skipped else sweep.get(world_size)
 
-    def _row(self, sweep, world_size, remedy):
+    def _value(self, sweep, world_size, remedy, key):
+        """``key`` of the (remedy, world size) row; NaN where the row is missing."""
         for row in sweep.get("what_if")["what_if"]:
             if row["name"] == remedy and row["world_size"] == world_size:
-                return row
-        return None
+                return row[key]
+        return math.nan
 
     def track_iteration(self, sweep, world_size, remedy):
         """Measured seconds per iteration (per micro-batch with accumulation)."""
-        row = self._row(sweep, world_size, remedy)
-        return row["measured_iter_s"] if row else math.nan
+        return self._value(sweep, world_size, remedy, "measured_iter_s")
     track_iteration.unit = "s"
 
     def track_predicted_iteration(self, sweep, world_size, remedy):
-        row = self._row(sweep, world_size, remedy)
-        return row["predicted_iter_s"] if row else math.nan
+        return self._value(sweep, world_size, remedy, "predicted_iter_s")
     track_predicted_iteration.unit = "s"
 
     def track_efficiency(self, sweep, world_size, remedy):
         """Weak-scaling efficiency with the remedy, against the baseline's smallest run."""
-        row = self._row(sweep, world_size, remedy)
-        return row["efficiency_after"] if row else math.nan
+        return self._value(sweep, world_size, remedy, "efficiency_after")
     track_efficiency.unit = "ratio"
 
     def track_prediction_error(self, sweep, world_size, remedy):
-        row = self._row(sweep, world_size, remedy)
-        return row["prediction_error"] if row else math.nan
+        return self._value(sweep, world_size, remedy, "prediction_error")
     track_prediction_error.unit = "ratio"

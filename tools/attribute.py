@@ -116,12 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"attribute: {exc}", file=sys.stderr)
         return 3
-    except LaunchError as exc:
-        print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"attribute: error: {exc}", file=sys.stderr)
-        return 2
+    except (LaunchError, ValueError) as exc:
+        return _failed(exc)
     print(text_report(report))
     if args.json:
         write_json_atomic(args.json, report)
@@ -130,6 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         paths = write_html(report, args.html)
         print(f"HTML report: {paths[0]}")
     return 0
+
+
+def _failed(exc: Exception) -> int:
+    """Exit code and message for a failed measurement (1, the failing rank named) or bad
+    arguments (2)."""
+    from swinkit.dist import LaunchError
+    if isinstance(exc, LaunchError):
+        print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
+        return 1
+    print(f"attribute: error: {exc}", file=sys.stderr)
+    return 2
 
 
 def _engines(args) -> int:
@@ -151,12 +158,8 @@ def _engines(args) -> int:
     try:
         runs = run_engines(keys, _world_sizes(args.world_sizes),
                            DDPRunSpec(preset=args.preset, iters=args.iters))
-    except LaunchError as exc:
-        print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"attribute: error: {exc}", file=sys.stderr)
-        return 2
+    except (LaunchError, ValueError) as exc:
+        return _failed(exc)
     rows = compare_rows(runs)
     print(compare_table(rows, runs["skipped"], runs["failed"]))
     if args.json:
