@@ -198,3 +198,18 @@ def test_what_ifs_without_stored_results_say_which_command_makes_them(tmp_path):
     (folder / "machine.json").write_text("{}")
     proc = _attribute("--results", str(tmp_path / "results"), "--what-if", "default")
     assert proc.returncode == 3 and "bench_whatif" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--run", "--engine", "ddp", "--grad-accum", "0,2"], "--grad-accum must be positive integers"),
+    (["--run", "--engine", "ddp", "--grad-accum", "2,x"],
+     "--grad-accum must be integers joined by commas, got '2,x'"),
+    (["--run", "--grad-accum", "2"], "--grad-accum applies to the engine comparison"),
+])
+def test_grad_accum_arguments_fail_before_any_launch(argv, message, tmp_path):
+    """A bad --grad-accum exits 2 naming the flag; no engine starts and nothing is written."""
+    out = tmp_path / "e.json"
+    proc = _attribute(*argv, "--preset", "test", "--world-sizes", "1", "--json", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists() and "optimizer steps" not in proc.stdout

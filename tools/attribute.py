@@ -9,6 +9,7 @@ Examples:
         --inject data_ms=40,ranks=1                          # a slow loader on rank 1
     .venv/bin/python tools/attribute.py --run --preset test --what-if bf16_hook,accum_2
     .venv/bin/python tools/attribute.py --list-remedies      # the what-if catalogue
+    .venv/bin/python tools/attribute.py --run --preset test --engine ddp,zero1 --grad-accum 1,2,4
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
 2 bad arguments; 3 no usable measurements (the message says which command makes them).
@@ -46,6 +47,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", help="with --run: compare engines instead of attributing DDP: "
                                     "ddp, zero1, zero2, dp, dp_vanilla (comma-separated) or all; "
                                     "one table, and with --html a figure beside it")
+    p.add_argument("--grad-accum", metavar="K",
+                   help="with --run --engine: micro-batches per optimizer step, comma-separated "
+                        "(default 1): each engine runs at each K, and the report says whether "
+                        "communication per image falls with K as the ideal 1/K")
     p.add_argument("--what-if", metavar="NAMES",
                    help="with --run: predict each remedy (comma-separated names, 'default' or "
                         "'all'; see --list-remedies) from its components, write the "
@@ -67,6 +72,19 @@ def _world_sizes(text: str) -> list[int]:
     return sizes
 
 
+def _grad_accums(text: str | None) -> list[int]:
+    """--grad-accum's K values, sorted and deduplicated; [1] when not given."""
+    if text is None:
+        return [1]
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--grad-accum must be integers joined by commas, got {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise ValueError(f"--grad-accum must be positive integers, got {text!r}")
+    return ks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.list_remedies:
@@ -86,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.engine:
         return _engines(args)
+    if args.grad_accum is not None:
+        return _failed(ValueError("--grad-accum applies to the engine comparison: use it with "
+                                  "--run --engine NAMES"))
     try:
         remedies = None
         if args.what_if and args.run:
@@ -141,12 +162,14 @@ def _failed(exc: Exception) -> int:
 
 def _engines(args) -> int:
     """--run --engine: the same workload under each engine, side by side (table, JSON, figure)."""
+    from swinkit.attribution.grad_accum import summarize
     from swinkit.dist import LaunchError
     from swinkit.engines.compare import compare_figure, compare_table
     from swinkit.engines.spec import COMPARED
     from swinkit.files import write_json_atomic
+    from swinkit.report.text import grad_accum_lines
     from swinkit.workloads.ddp_run import DDPRunSpec
-    from swinkit.workloads.engine_run import compare_rows, run_engines
+    from swinkit.workloads.engine_run import compare_rows, run_engines_by_k
 
     keys = list(COMPARED) if args.engine == "all" else [k.strip() for k in args.engine.split(",")]
     unknown = [k for k in keys if k not in COMPARED]
@@ -156,16 +179,20 @@ def _engines(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        runs = run_engines(keys, _world_sizes(args.world_sizes),
-                           DDPRunSpec(preset=args.preset, iters=args.iters))
+        ks = _grad_accums(args.grad_accum)
+        runs = run_engines_by_k(keys, _world_sizes(args.world_sizes),
+                                DDPRunSpec(preset=args.preset, iters=args.iters), ks)
     except (LaunchError, ValueError) as exc:
         return _failed(exc)
     rows = compare_rows(runs)
+    accum = summarize(rows) or None   # null with one K: nothing to compare
     print(compare_table(rows, runs["skipped"], runs["failed"]))
+    if accum:
+        print("\n".join(grad_accum_lines(accum)[1:]))
     if args.json:
-        write_json_atomic(args.json, {"engines": rows,
-                                      "skipped": {f"{k}@{ws}": v for (k, ws), v in runs["skipped"].items()},
-                                      "failed": {f"{k}@{ws}": v for (k, ws), v in runs["failed"].items()}})
+        write_json_atomic(args.json, {"engines": rows, "grad_accum": accum,
+                                      "skipped": _reasons(runs["skipped"]),
+                                      "failed": _reasons(runs["failed"])})
         print(f"JSON report: {args.json}")
     if args.html:
         figure = Path(args.html).with_name("engines.png")
@@ -173,6 +200,13 @@ def _engines(args) -> int:
         figure.write_bytes(compare_figure(rows))
         print(f"figure: {figure}")
     return 0
+
+
+def _reasons(reasons: dict) -> dict:
+    """JSON keys for skipped/failed runs: ``engine@N``, and ``@K`` where K is not 1 (so one K's
+    keys read as before)."""
+    return {f"{key}@{ws}" + (f"@K{k}" if k != 1 else ""): why
+            for (key, ws, k), why in reasons.items()}
 
 
 if __name__ == "__main__":

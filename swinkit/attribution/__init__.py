@@ -5,6 +5,7 @@
     headroom.py     loader supply vs model demand
     prediction.py   the iteration predicted from isolated components (the oracle)
     recommend.py    advice ranked by the efficiency it could recover
+    grad_accum.py   communication per image by gradient accumulation K, against the ideal 1/K
     thesis.py       the thesis's published figures and its Table 3 projection
     inputs.py       measurements read from asv's stored results
     asv_names.py    the benchmark ids read here (checked against benchmarks/ by a test)

@@ -1,6 +1,7 @@
 """The attribution report as data (the JSON schema tools/attribute.py writes)."""
 from __future__ import annotations
 
+from swinkit.attribution.grad_accum import summarize as grad_accum_summary
 from swinkit.attribution.headroom import loader_headroom
 from swinkit.attribution.inputs import Inputs
 from swinkit.attribution.loss_split import scaling_rows, split_loss
@@ -55,6 +56,8 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
                                     table3_projection(inputs.measured, THESIS_BASE_ITERS).items()},
         "prediction_accuracy_pct": _mean([r.get("accuracy_pct") for r in rows]),
         "recommendations": recommend(rows),
+        # null where the results hold no accumulation runs (asv's bench_engines.GradAccum)
+        "grad_accum": grad_accum_summary(inputs.grad_accum) or None,
         "thesis_speedups": {k: {str(n): s for n, s in v.items()} for k, v in THESIS_SPEEDUPS.items()},
         "notes": notes,
         "skipped_files": inputs.skipped_files,

@@ -20,6 +20,10 @@ ALLREDUCE_TIME = "bench_comm.AllReduce.track_time"
 WHATIF_ITERATION = "bench_whatif.Remedy.track_iteration"
 WHATIF_PREDICTED = "bench_whatif.Remedy.track_predicted_iteration"
 WHATIF_EFFICIENCY = "bench_whatif.Remedy.track_efficiency"
+GRAD_ACCUM_STEP = "bench_engines.GradAccum.track_step"
+GRAD_ACCUM_COMM_ROUNDS = "bench_engines.GradAccum.track_comm_rounds"
+GRAD_ACCUM_COMM_PER_IMAGE = "bench_engines.GradAccum.track_comm_per_image"
+GRAD_ACCUM_WIRE_BYTES_PER_IMAGE = "bench_engines.GradAccum.track_wire_bytes_per_image"
 
 ALL = tuple(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
             and v.startswith("bench_"))

@@ -32,6 +32,9 @@ class Inputs:
     meta: dict = field(default_factory=dict)
     skipped_files: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    # Gradient accumulation rows (world size, K, comm per image, rounds, step), where measured:
+    # swinkit.attribution.grad_accum judges them.
+    grad_accum: list[dict] = field(default_factory=list)
 
 
 def _load_results(results_dir: Path, machine: str | None, commit: str | None):
@@ -114,7 +117,22 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
     inputs.isolated, note = _isolated_from_asv(data, measured, env.get("preset"))
     if note:
         inputs.meta["notes"] = [note]
+    inputs.grad_accum = grad_accum_from_asv(data)
     return inputs
+
+
+def grad_accum_from_asv(data: dict) -> list[dict]:
+    """``bench_engines.GradAccum``'s stored tracks as rows (DDP with ``no_sync``), one per
+    (world size, K) with communication per image; [] where the results have none."""
+    comm = _table(data, names.GRAD_ACCUM_COMM_PER_IMAGE)
+    rounds = _table(data, names.GRAD_ACCUM_COMM_ROUNDS)
+    step = _table(data, names.GRAD_ACCUM_STEP)
+    wire = _table(data, names.GRAD_ACCUM_WIRE_BYTES_PER_IMAGE)
+    value = lambda table, key: table.get(key, {}).get("value")  # noqa: E731
+    return [{"engine": "ddp", "world_size": int(ws), "grad_accum": int(k),
+             "comm_per_image_s": c["value"], "comm_rounds_per_step": value(rounds, (ws, k)),
+             "step_s": value(step, (ws, k)), "wire_bytes_per_image": value(wire, (ws, k))}
+            for (ws, k), c in sorted(comm.items(), key=lambda kv: tuple(map(int, kv[0])))]
 
 
 def _environment(results_dir: Path, machine: str, commit: str) -> dict:

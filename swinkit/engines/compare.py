@@ -1,9 +1,10 @@
 """Engines side by side at each world size: one table (text) and one figure (PNG bytes).
 
 Input: :func:`swinkit.workloads.engine_run.compare_rows` rows (plus the skipped/failed
-reasons). Columns: iteration, efficiency against the same engine at world size 1, blame by
-cause, bytes per iteration (message, and wire bytes per rank), gradient-communication rounds
-per optimizer step, communication per image, peak memory, optimizer-state bytes per rank.
+reasons, keyed ``(engine, world size)`` or ``(engine, world size, K)``). Columns: iteration,
+efficiency against the same engine at world size 1, blame by cause, bytes per iteration
+(message, and wire bytes per rank), gradient-communication rounds per optimizer step,
+communication per image, peak memory, optimizer-state bytes per rank.
 """
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ def compare_table(rows: list[dict], skipped: dict | None = None, failed: dict | 
             f"{_f(r['peak_memory_bytes'], '{:.0f}', MB):>9}"
             f"{_f(r['optimizer_state_bytes'], '{:.2f}', MB):>9}")
     for label, reasons in (("skipped", skipped or {}), ("failed", failed or {})):
-        for (key, ws), why in sorted(reasons.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            lines.append(f"{label}: {key} at world size {ws}: {why}")
+        for (key, ws, *k), why in sorted(reasons.items(),
+                                         key=lambda kv: (kv[0][1], kv[0][0], kv[0][2:])):
+            lines.append(f"{label}: {key} at world size {ws}" + (f", K={k[0]}" if k else "")
+                         + f": {why}")
     lines.append("eff = iteration at N=1 / at N (same engine, weak scaling); rounds = micro-steps "
                  "with gradient communication per optimizer step; peak = CUDA allocator peak on "
                  "GPU, process peak RSS on CPU")

@@ -7,7 +7,8 @@ from swinkit.measure.phases import BLAME_KEYS as COMPONENTS
 
 
 def figures(r: dict) -> dict[str, bytes]:
-    """PNG bytes: stacked blame per world size, efficiency vs ideal (+ thesis), loss split."""
+    """PNG bytes: stacked blame per world size, efficiency vs ideal (+ thesis), loss split,
+    and communication per image by accumulation K where measured."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -51,7 +52,24 @@ def figures(r: dict) -> dict[str, bytes]:
         ax.set(xlabel="% of the time that grew", title="Where the lost time goes")
         ax.legend(fontsize=7)
         out["loss_split.png"] = _png(fig, plt)
+    if r.get("grad_accum"):
+        out["grad_accum.png"] = _grad_accum(r["grad_accum"], plt)
     return out
+
+
+def _grad_accum(summary: list[dict], plt) -> bytes:
+    """Communication per image relative to K=1 against K, beside the ideal 1/K."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ks = sorted({row["grad_accum"] for g in summary for row in g["by_k"]})
+    ax.plot(ks, [1 / k for k in ks], "k--", label="ideal 1/K")
+    for g in summary:
+        pts = [(row["grad_accum"], row["ratio"]) for row in g["by_k"] if row["ratio"] is not None]
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=f"{g['engine'] or ''} N={g['world_size']}".strip())
+    ax.set(xlabel="micro-batches per optimizer step (K)", ylabel="comm per image / at K=1",
+           xticks=ks, title="Gradient accumulation: communication per image")
+    ax.legend(fontsize=7)
+    return _png(fig, plt)
 
 
 def _png(fig, plt) -> bytes:

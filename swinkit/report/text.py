@@ -56,6 +56,7 @@ def text_report(r: dict) -> str:
                          + f" (+{rec['efficiency_recoverable']:.2f} efficiency "
                          f"at N={rec['world_size']}): {rec['why']} -> {rec['what']}")
     lines += _what_if(r)
+    lines += grad_accum_lines(r.get("grad_accum"))
     if r.get("against"):
         lines += ["", f"against {r['against']['commit']}:"]
         for ws, v in r["against"]["per_world_size"].items():
@@ -128,4 +129,28 @@ def _what_if(r: dict) -> list[str]:
     if corr:
         lines.append("  ranking of remedies, predicted vs measured (Spearman): "
                      + ", ".join(f"N={ws}: {v:+.2f}" for ws, v in corr.items()))
+    return lines
+
+
+def grad_accum_lines(summary: list[dict] | None) -> list[str]:
+    """Communication per image at each K beside the ideal 1/K, and whether it falls, per
+    (engine, world size): the case for accumulation is this number, not the step time (a step
+    of K micro-batches is K times longer by design)."""
+    if not summary:
+        return []
+    lines = ["", "gradient accumulation: exposed communication per image by K (ratio to K=1; "
+                 "ideal accumulation gives 1/K)",
+             f"  {'engine':<11}{'N':>3}{'K':>3}{'comm/img s':>12}{'ratio':>7}{'ideal':>7}"
+             f"{'rounds/step':>13}{'step s':>9}{'wire MB/img':>13}"]
+    for group in summary:
+        engine = group["engine"] or "-"
+        for row in group["by_k"]:
+            wire = row["wire_bytes_per_image"]
+            lines.append(f"  {engine:<11}{group['world_size']:>3}{row['grad_accum']:>3}"
+                         f"{_f(row['comm_per_image_s'], '{:.5f}'):>12}"
+                         f"{_f(row['ratio'], '{:.2f}'):>7}{row['ideal_ratio']:>7.2f}"
+                         f"{_f(row['comm_rounds_per_step'], '{:g}'):>13}"
+                         f"{_f(row['step_s']):>9}"
+                         f"{_f(None if wire is None else wire / 2**20, '{:.3f}'):>13}")
+        lines.append(f"  {engine} N={group['world_size']}: {group['verdict']}")
     return lines

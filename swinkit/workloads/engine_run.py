@@ -300,23 +300,52 @@ def run_engines(keys, world_sizes, run, grad_accum: int = 1, progress=print, qui
                 skipped[(key, ws)] = str(exc)
                 progress(f"  {key}, world size {ws}: skipped: {exc}")
                 continue
-            progress(f"  {key}, world size {ws}: {run.warmup} + {run.iters} iterations")
+            where = f"{key}, world size {ws}" + (f", K={grad_accum}" if grad_accum > 1 else "")
+            progress(f"  {where}: {run.warmup} + {run.iters} optimizer steps")
             try:
                 results[(key, ws)] = run_engine(spec, quiet=quiet, progress=progress)
             except LaunchError as exc:
                 failed[(key, ws)] = exc.diagnosis.summary
-                progress(f"  {key}, world size {ws}: FAILED: {exc.diagnosis.summary}")
+                progress(f"  {where}: FAILED: {exc.diagnosis.summary}")
     return {"results": results, "skipped": skipped, "failed": failed}
 
 
+def run_engines_by_k(keys, world_sizes, run, ks, progress=print, quiet=True, **spec_kw) -> dict:
+    """:func:`run_engines` at each gradient accumulation K, keyed ``(key, ws, K)``. Every spec
+    is validated first, so a K that cannot run fails (ValueError) before any process starts,
+    not after the smaller K's runs."""
+    for k in ks:
+        for ws in world_sizes:
+            base = dataclasses.replace(run, world_size=ws, launch=dataclasses.replace(
+                run.launch_config(), world_size=ws))
+            for key in keys:
+                spec = spec_for_key(key, base, grad_accum=k, **spec_kw)
+                try:
+                    spec.validate()
+                except EngineUnavailable:
+                    continue  # run_engines records it as skipped, with the reason
+                (spec.ddp_spec() if spec.engine == "ddp" else spec.run).validate()
+    out = {"results": {}, "skipped": {}, "failed": {}}
+    for k in ks:
+        runs = run_engines(keys, world_sizes, run, grad_accum=k, progress=progress, quiet=quiet,
+                           **spec_kw)
+        for part, values in runs.items():
+            out[part].update({(key, ws, k): v for (key, ws), v in values.items()})
+    return out
+
+
 def compare_rows(runs: dict) -> list[dict]:
-    """One row per (engine, world size) that ran: iteration, efficiency against the same
-    engine at world size 1, blame, bytes, memory."""
+    """One row per (engine, world size[, K]) that ran: iteration, efficiency against the same
+    engine (and K) at world size 1, blame, bytes, memory. Keys are ``(key, ws)`` from
+    :func:`run_engines` or ``(key, ws, K)`` from :func:`run_engines_by_k`."""
     results = runs["results"]
     rows = []
-    for (key, ws), r in sorted(results.items(), key=lambda kv: (kv[0][1], COMPARED.index(kv[0][0])
-                                                                 if kv[0][0] in COMPARED else 99)):
-        base = results.get((key, 1))
+
+    def order(item):
+        key, ws, *k = item[0]
+        return ws, COMPARED.index(key) if key in COMPARED else 99, k
+    for (key, ws, *k), r in sorted(results.items(), key=order):
+        base = results.get((key, 1, *k))
         eng = r["engine"]
         rows.append({
             "engine": key, "world_size": ws, "iter_s": eng["step_s"],
@@ -326,6 +355,7 @@ def compare_rows(runs: dict) -> list[dict]:
             "wire_bytes_per_rank": eng["traffic"]["wire_bytes_per_rank"],
             "comm_rounds_per_step": eng["traffic"]["comm_rounds_per_step"],
             "comm_per_image_s": eng["comm_per_image_s"],
+            "wire_bytes_per_image": eng.get("wire_bytes_per_image"),
             "peak_memory_bytes": eng["peak_memory_bytes"],
             "optimizer_state_bytes": _state(eng, "optimizer_states"),
             "grad_accum": eng["grad_accum"],
