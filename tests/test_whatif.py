@@ -88,8 +88,10 @@ def test_judge_holds_only_where_the_remedy_changed_something():
     row = judge(name="a", predicted_iter_s=0.85, measured_iter_s=0.8, baseline_iter_s=1.0,
                 noise_s=0.02, **common)
     assert row["changes_iteration"] and row["holds"]
-    assert row["efficiency_before"] == pytest.approx(0.5)    # 1.0 / (2 x 1.0)
-    assert row["efficiency_after"] == pytest.approx(0.625)   # 1.0 / (2 x 0.8)
+    # weak scaling: 2 ranks doing 2 x the reference's images in the reference's 1.0 s scale
+    # perfectly (1.0, not 1.0 / 2); in 0.8 s they beat it (1.25)
+    assert row["efficiency_before"] == pytest.approx(1.0)    # 1.0 / 1.0
+    assert row["efficiency_after"] == pytest.approx(1.25)    # 1.0 / 0.8
     # 20 % off: does not hold, and the worst phase is named
     row = judge(name="b", predicted_iter_s=0.96, measured_iter_s=0.8, baseline_iter_s=1.0,
                 noise_s=0.02, **common)
@@ -226,3 +228,35 @@ def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():
     assert out["predicted_iter_s"] == pytest.approx(0.91)
     medians = _costs([_rank(0, 0.2), _rank(1, 0.2)])
     assert simulate(medians)["predicted_iter_s"] == pytest.approx(0.81)
+
+
+def test_remedies_run_only_where_asked_and_the_baseline_everywhere(monkeypatch):
+    """remedy_world_sizes=[2]: bf16_hook is predicted and run at N=2 only, the baseline at 1
+    and 2 (N=1 stays the efficiency reference). The components and DDP runs are stand-ins that
+    record which (hook, world size) they were given."""
+    from swinkit.workloads import whatif_run
+    calls = []
+
+    def fake_run(spec, progress=print):
+        calls.append(("run", spec.ddp.comm_hook, spec.world_size))
+        return {"per_batch_s": 1.0 + spec.world_size / 10, "phases_s": {}, "iteration_stats": {}}
+
+    def fake_predict(spec, progress=print):
+        calls.append(("predict", spec.ddp.comm_hook, spec.world_size))
+        return {"predicted_iter_s": 1.0 + spec.world_size / 10, "components_s": {}}
+    monkeypatch.setattr(whatif_run, "run_ddp", fake_run)
+    monkeypatch.setattr(whatif_run, "predict_run", fake_predict)
+    out = whatif_run.what_if("test", [1, 2], [CATALOGUE["bf16_hook"]], iters=2, warmup=1,
+                             progress=lambda line: None, remedy_world_sizes=[2])
+    expected = {(None, 1), (None, 2), ("bf16", 2)}
+    assert {(h, ws) for kind, h, ws in calls if kind == "predict"} == expected
+    assert {(h, ws) for kind, h, ws in calls if kind == "run"} == expected
+    # every prediction is made before the first run (the prediction cannot peek)
+    kinds = [kind for kind, _, _ in calls]
+    assert kinds == ["predict"] * 3 + ["run"] * 3
+    assert {(r["name"], r["world_size"]) for r in out["what_if"]} == {
+        ("baseline", 1), ("baseline", 2), ("bf16_hook", 2)}
+    # weak-scaling efficiency against the baseline at N=1 (1.1 s): 2 x 2 images / (2 x 1.2 s)
+    # per rank over 2 images / 1.1 s
+    row = next(r for r in out["what_if"] if r["name"] == "bf16_hook")
+    assert row["efficiency_after"] == pytest.approx(1.1 / 1.2)

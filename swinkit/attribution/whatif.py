@@ -19,10 +19,12 @@ def judge(name: str, what: str, overrides: dict, world_size: int, predicted_iter
           predicted_phases: dict, measured_phases: dict) -> dict:
     """One row of the report's ``what_if`` list.
 
-    Efficiencies are weak scaling against the baseline's smallest run: ``reference_iter_s`` is
-    the baseline iteration at the smallest world size times that size (one rank's work), so
-    efficiency = reference / (N x iteration); ``efficiency_before`` is the baseline's at N,
-    ``efficiency_after`` the remedy's, and ``predicted_efficiency`` uses predictions throughout.
+    Efficiencies are weak scaling (the same images per rank at every N) against the baseline's
+    smallest run: ``reference_iter_s`` is the baseline iteration there, and N ranks doing N
+    times its work in one iteration scale perfectly when their iteration equals it, so
+    efficiency = reference / iteration (N cancels: N x images / (N x iteration) per rank, over
+    the reference's). ``efficiency_before`` is the baseline's at N, ``efficiency_after`` the
+    remedy's, and ``predicted_efficiency`` uses predictions throughout.
     """
     acc = accuracy(predicted_iter_s, measured_iter_s)
     change = measured_iter_s - baseline_iter_s
@@ -33,9 +35,9 @@ def judge(name: str, what: str, overrides: dict, world_size: int, predicted_iter
         **acc,
         "baseline_iter_s": baseline_iter_s, "change_s": change,
         "noise_floor_s": NOISE_SIGMAS * noise_s, "changes_iteration": changed,
-        "efficiency_before": reference_iter_s / (world_size * baseline_iter_s),
-        "efficiency_after": reference_iter_s / (world_size * measured_iter_s),
-        "predicted_efficiency": predicted_reference_s / (world_size * predicted_iter_s),
+        "efficiency_before": reference_iter_s / baseline_iter_s,
+        "efficiency_after": reference_iter_s / measured_iter_s,
+        "predicted_efficiency": predicted_reference_s / predicted_iter_s,
     }
     row["holds"] = abs(acc["prediction_error"]) <= TOLERANCE if changed else None
     row["why_not"] = None if row["holds"] is not False else _why(predicted_phases, measured_phases)

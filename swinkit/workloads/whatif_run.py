@@ -32,15 +32,19 @@ def base_spec(preset: str, world_size: int, iters: int, warmup: int,
 
 
 def what_if(preset: str, world_sizes, remedies: list[Remedy], iters: int = 10, warmup: int = 3,
-            injection: Injection | None = None, predictions_path=None, progress=print) -> dict:
+            injection: Injection | None = None, predictions_path=None, progress=print,
+            remedy_world_sizes=None) -> dict:
     """Predict every (remedy, world size), write the predictions, then run each and compare.
+    ``remedy_world_sizes``: where the remedies run (default: every world size); the baseline
+    runs at every one of ``world_sizes``, the smallest being the efficiency's reference.
 
     Returns ``{"what_if": [...], "what_if_rank_correlation": {ws: rho}, "baseline": {...}}``
     (see :func:`swinkit.attribution.whatif.judge` for each row's fields)."""
     preset_workers = load_config(preset).loader_workers
     plans = [BASELINE] + [r for r in remedies if r.name != BASELINE.name]
+    where = set(world_sizes if remedy_world_sizes is None else remedy_world_sizes)
     specs = {(r.name, ws): r.apply(base_spec(preset, ws, iters, warmup, injection), preset_workers)
-             for r in plans for ws in world_sizes}
+             for r in plans for ws in world_sizes if r is BASELINE or ws in where}
     for spec in specs.values():
         spec.validate()  # every configuration is checked before the first process starts
     predictions = {}
@@ -65,14 +69,16 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
     rows = []
     for remedy in plans:
         for ws in world_sizes:
+            if (remedy.name, ws) not in measured:
+                continue  # not run at this world size (remedy_world_sizes)
             run, pred = measured[(remedy.name, ws)], predictions[(remedy.name, ws)]
             base = measured[("baseline", ws)]
             rows.append(judge(
                 name=remedy.name, what=remedy.what, overrides=remedy.overrides(), world_size=ws,
                 predicted_iter_s=pred["predicted_iter_s"], measured_iter_s=run["per_batch_s"],
                 baseline_iter_s=base["per_batch_s"],
-                noise_s=_noise(base, run), reference_iter_s=base1["per_batch_s"] * min(world_sizes),
-                predicted_reference_s=pbase1["predicted_iter_s"] * min(world_sizes),
+                noise_s=_noise(base, run), reference_iter_s=base1["per_batch_s"],
+                predicted_reference_s=pbase1["predicted_iter_s"],
                 predicted_phases=pred["components_s"], measured_phases=run.get("phases_s", {})))
     correlation = {}
     for ws in world_sizes:
