@@ -13,6 +13,20 @@ engine_sweep = lazy("swinkit.workloads.engine_run:engine_sweep")
 
 ENGINES = ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
 STEPS = [1, 2, 4]
+# Optimizer steps per launch: the engines differ most in bytes, rounds and memory, which are the
+# same every step; 5 timed steps keep the whole file to a few minutes on 2 CPU cores.
+ITERS, WARMUP = 5, 2
+
+
+def _engines_and_accumulation(self):
+    """Both classes' one setup_cache (asv shares a setup_cache by its source location): every
+    engine at every world size, then DDP at K = 2, 4 micro-batches per step where there is
+    communication to save (world size > 1); K = 1 is the engine run of ``ddp``."""
+    engines = engine_sweep(preset(), ENGINES, WORLD_SIZES, iters=ITERS, warmup=WARMUP)
+    accumulation = {k: engine_sweep(preset(), ["ddp"], [ws for ws in WORLD_SIZES if ws > 1],
+                                    grad_accum=k, iters=3, warmup=1)
+                    for k in STEPS if k > 1}
+    return {"engines": engines, "accumulation": accumulation}
 
 
 class Engine:
@@ -20,15 +34,13 @@ class Engine:
     timeout = 3600
     params = [list(WORLD_SIZES), ENGINES]
     param_names = ["world_size", "engine"]
+    setup_cache = _engines_and_accumulation
 
-    def setup_cache(self):
-        return engine_sweep(preset(), ENGINES, WORLD_SIZES)
+    def setup(self, cache, world_size, engine):
+        cache["engines"].get(engine, world_size)  # skipped (NotImplementedError) or failed
 
-    def setup(self, sweep, world_size, engine):
-        sweep.get(engine, world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
-
-    def _eng(self, sweep, world_size, engine):
-        return sweep.get(engine, world_size)["engine"]
+    def _eng(self, cache, world_size, engine):
+        return cache["engines"].get(engine, world_size)["engine"]
 
     def track_iteration(self, sweep, world_size, engine):
         """Median optimizer step (median of per-rank medians)."""
@@ -37,7 +49,7 @@ class Engine:
 
     def track_efficiency(self, sweep, world_size, engine):
         """Step at world size 1 / step at N, same engine (weak scaling)."""
-        base = sweep.get(engine, 1)["engine"]["step_s"]
+        base = sweep["engines"].get(engine, 1)["engine"]["step_s"]
         return base / self._eng(sweep, world_size, engine)["step_s"]
     track_efficiency.unit = "ratio"
 
@@ -78,17 +90,19 @@ class GradAccum:
     timeout = 3600
     params = [list(WORLD_SIZES), STEPS]
     param_names = ["world_size", "steps"]
+    setup_cache = _engines_and_accumulation
 
-    def setup_cache(self):
-        sweeps = {k: engine_sweep(preset(), ["ddp"], WORLD_SIZES, grad_accum=k, iters=6,
-                                  warmup=2) for k in STEPS}
-        return sweeps
+    def setup(self, cache, world_size, steps):
+        if steps > 1 and world_size == 1:
+            raise NotImplementedError("world size 1 communicates nothing: accumulation has no "
+                                      "communication to save")
+        self._sweep(cache, steps).get("ddp", world_size)
 
-    def setup(self, sweeps, world_size, steps):
-        sweeps[steps].get("ddp", world_size)
+    def _sweep(self, cache, steps):
+        return cache["engines"] if steps == 1 else cache["accumulation"][steps]
 
     def _eng(self, sweeps, world_size, steps):
-        return sweeps[steps].get("ddp", world_size)["engine"]
+        return self._sweep(sweeps, steps).get("ddp", world_size)["engine"]
 
     def track_step(self, sweeps, world_size, steps):
         return self._eng(sweeps, world_size, steps)["step_s"]

@@ -166,3 +166,18 @@ def test_epoch_boundary_does_not_restart_the_loader(test_cfg):
         if max(batch["loaded_at"]) > asked:          # pseudo_collate: a dict of lists
             late.append(step)
     assert late == [], f"batches {late} were loaded only when asked for (epoch restart)"
+
+
+def test_loader_workers_beyond_the_cores_are_skipped_with_the_reason(monkeypatch):
+    """Loaders x max(workers, 1) processes decoding at once, against the cores: on 2 cores
+    1 x 2 fits, 2 x 1 fits, 2 x 2 and 1 x 4 do not; 2 x 0 (the ranks decode) fits."""
+    from swinkit.workloads import loader_throughput as lt
+    monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    fits = {(ws, w): lt.workers_oversubscribe(ws, w) is None
+            for ws in (1, 2) for w in (0, 1, 2, 4)}
+    assert fits == {(1, 0): True, (1, 1): True, (1, 2): True, (1, 4): False,
+                    (2, 0): True, (2, 1): True, (2, 2): False, (2, 4): False}
+    assert "2 loaders x 2 workers need 4 CPU cores; this machine has 2" in lt.workers_oversubscribe(2, 2)
+    monkeypatch.setenv("SWINKIT_OVERSUBSCRIBE", "1")
+    assert lt.workers_oversubscribe(2, 4) is None

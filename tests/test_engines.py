@@ -339,8 +339,16 @@ def test_bench_engines_shape_and_skips():
     assert bench_engines.Engine.params[1] == ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
     assert bench_engines.GradAccum.params[1] == [1, 2, 4]
     sweep = Sweep(skipped={("dp", 2): "DataParallel needs CUDA GPUs (...)"})
+    cache = {"engines": sweep, "accumulation": {2: Sweep(), 4: Sweep()}}
     with pytest.raises(NotImplementedError, match="DataParallel needs CUDA GPUs"):
-        bench_engines.Engine().setup(sweep, 2, "dp")
+        bench_engines.Engine().setup(cache, 2, "dp")
+    # both classes share one setup_cache (asv keys it by source location: one run, not two)
+    assert bench_engines.Engine.setup_cache is bench_engines.GradAccum.setup_cache
+    with pytest.raises(NotImplementedError, match="world size 1 communicates nothing"):
+        bench_engines.GradAccum().setup(cache, 1, 2)
+    # K = 1 reads the engines' own DDP run
+    sweep.results[("ddp", 2)] = {"engine": {"step_s": 0.5}}
+    assert bench_engines.GradAccum().track_step(cache, 2, 1) == 0.5
 
 
 # ----------------------------------------------------------------- real runs (gloo, CPU)

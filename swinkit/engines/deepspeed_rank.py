@@ -106,6 +106,16 @@ def _quiet_deepspeed() -> None:
     logger.setLevel(logging.WARNING)
 
 
+def _skip_shm_op() -> None:
+    """On CPU, DeepSpeed's communication backend JIT-compiles a shared-memory C++ op when it
+    starts (a minute or more on 2 cores, once per machine, and again when concurrent runs race
+    on its build folder). Only ``inference_all_reduce`` uses it; training's collectives go
+    through torch.distributed either way, so the op is not built (its builder returning None is
+    DeepSpeed's own path for a platform without it)."""
+    import deepspeed.comm.torch as ds_torch
+    ds_torch.build_shm_op = lambda: None
+
+
 def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
                    workers: int | None = None, data_root: str | None = None,
                    overrides: dict | None = None, device: str | None = None, seed: int = 0,
@@ -118,6 +128,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     import deepspeed
     import deepspeed.comm as ds_comm
     _quiet_deepspeed()
+    _skip_shm_op()
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")

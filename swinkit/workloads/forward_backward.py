@@ -66,7 +66,7 @@ def _loss(model, scope, inputs, samples):
     return model.parse_losses(model(inputs, samples, mode="loss"))[0]
 
 
-def measure(preset: str, batch: int, samples: int = 7, warmup: int = 2, threads: int = 1) -> dict:
+def measure(preset: str, batch: int, samples: int = 5, warmup: int = 1, threads: int = 1) -> dict:
     """Run in a fresh process: timings, FLOPs, MFU and peak memory of every (scope, op)."""
     from swinkit.config import load_config
     from swinkit.model.segmentor import build_segmentor
@@ -82,7 +82,7 @@ def measure(preset: str, batch: int, samples: int = 7, warmup: int = 2, threads:
     for scope in SCOPES:
         for op, fn in _ops(model, scope, batch, tuple(cfg.crop_size), device).items():
             with FlopCounterMode(display=False) as counter:
-                fn()
+                fn()  # also the first warm-up run: the allocator and caches are primed
             times = timed(fn, samples, warmup=warmup, sync=_syncer(device))
             flops = counter.get_total_flops()
             # Optimizer steps are elementwise: no matmul FLOPs, so no MFU (NaN, not 0).
@@ -96,7 +96,7 @@ def measure(preset: str, batch: int, samples: int = 7, warmup: int = 2, threads:
     return out
 
 
-def measure_isolated(preset: str, batch: int, samples: int = 7, timeout_s: float = 1800) -> dict:
+def measure_isolated(preset: str, batch: int, samples: int = 5, timeout_s: float = 1800) -> dict:
     """:func:`measure` in a fresh interpreter (its own peak memory, no state shared). A plain
     subprocess rather than multiprocessing: spawn would re-import the caller's main module,
     which under asv is asv's own runner."""

@@ -72,8 +72,8 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
         lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
                           wall_timeout_s=1200)
         for w in workers:
-            if reason:
-                sweep.skipped[(ws, w)] = reason
+            if reason or workers_oversubscribe(ws, w):
+                sweep.skipped[(ws, w)] = reason or workers_oversubscribe(ws, w)
                 continue
             progress(f"  loader supply: world size {ws}, {w} workers per rank")
             kwargs = dict(preset=preset, data_root=cfg.data_root, workers=w, batches=batches)
@@ -83,10 +83,28 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
             sweep.skipped[("demand", ws)] = reason
             continue
         progress(f"  model demand: world size {ws}")
-        spec = DDPRunSpec(preset=preset, world_size=ws, iters=5, warmup=2, launch=lc)
+        # the median of a few iterations: demand is compute time, which varies little
+        spec = DDPRunSpec(preset=preset, world_size=ws, iters=4, warmup=1, launch=lc)
         sweep.run(("demand", ws), lambda spec=spec: _demand(run_ddp(spec, progress=progress)),
                   progress)
     return sweep
+
+
+def workers_oversubscribe(world_size: int, workers: int) -> str | None:
+    """Why ``world_size`` loaders of ``workers`` workers each cannot be measured here, or None.
+
+    Each loader worker decodes and augments on a core of its own (with no workers the rank's
+    own process does): more of them than cores only measures the cores' time-sharing, and
+    costs minutes on a small machine. Skipped like world sizes beyond the cores, unless
+    $SWINKIT_OVERSUBSCRIBE=1."""
+    import os
+
+    from swinkit.workloads.sweep import OVERSUBSCRIBE_ENV, oversubscribe_allowed
+    need, cores = world_size * max(workers, 1), os.cpu_count() or 1
+    if need <= cores or oversubscribe_allowed():
+        return None
+    return (f"{world_size} loaders x {workers} workers need {need} CPU cores; this machine has "
+            f"{cores} (set {OVERSUBSCRIBE_ENV}=1 to run oversubscribed)")
 
 
 def _demand(result: dict) -> dict:
