@@ -559,7 +559,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
 
 
 def test_an_engine_track_process_imports_no_torch(tmp_path):
-    """asv runs each track in a process of its own that unpickles the setup_cache's Sweep: it
+    """asv runs each track in a process of its own that unpickles the setup_cache's result: it
     must read plain data, never import torch, MMSeg or DeepSpeed."""
     import pickle
     import subprocess
@@ -568,8 +568,10 @@ def test_an_engine_track_process_imports_no_torch(tmp_path):
 
     from swinkit.workloads.sweep import Sweep
     pytest.importorskip("asv_runner")
-    sweep = Sweep(results={("ddp", 1): {"engine": {"step_s": 0.25}}})
-    (tmp_path / "cache.pickle").write_bytes(pickle.dumps(sweep))
+    # the shape of bench_engines' shared setup_cache: plain dicts of Sweeps
+    cache = {"engines": Sweep(results={("ddp", 1): {"engine": {"step_s": 0.25}}}),
+             "accumulation": {2: Sweep(), 4: Sweep()}}
+    (tmp_path / "cache.pickle").write_bytes(pickle.dumps(cache))
     result = tmp_path / "result.json"
     root = Path(__file__).resolve().parents[1]
     run = subprocess.run([sys.executable, "-c", _TRACK_PROCESS, str(root / "benchmarks"),
@@ -578,3 +580,23 @@ def test_an_engine_track_process_imports_no_torch(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(result.read_text()) == 0.25
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
+
+def test_deepspeed_builds_no_shm_op_on_start():
+    """DeepSpeed's communication backend JIT-compiles a C++ op on CPU when it starts (minutes,
+    and a build killed midway leaves a lock that the next start waits on forever). The patch
+    must reach the module that calls the builder: DeepSpeed's own ``deepspeed.comm.torch``,
+    not the torch package that ``import deepspeed.comm.torch as m`` would bind."""
+    pytest.importorskip("deepspeed")
+    import importlib
+
+    from swinkit.engines.deepspeed_rank import _skip_shm_op
+    ds_torch = importlib.import_module("deepspeed.comm.torch")
+    original = ds_torch.build_shm_op
+    try:
+        _skip_shm_op()
+        assert ds_torch.build_shm_op is not original  # checked first: the original compiles
+        assert ds_torch.build_shm_op() is None
+        assert not hasattr(importlib.import_module("torch"), "build_shm_op")
+    finally:
+        ds_torch.build_shm_op = original

@@ -112,7 +112,10 @@ def _skip_shm_op() -> None:
     on its build folder). Only ``inference_all_reduce`` uses it; training's collectives go
     through torch.distributed either way, so the op is not built (its builder returning None is
     DeepSpeed's own path for a platform without it)."""
-    import deepspeed.comm.torch as ds_torch
+    import importlib
+    # not ``import deepspeed.comm.torch as m``: deepspeed.comm has an attribute ``torch`` (the
+    # torch package), which that statement binds instead of the submodule
+    ds_torch = importlib.import_module("deepspeed.comm.torch")
     ds_torch.build_shm_op = lambda: None
 
 
