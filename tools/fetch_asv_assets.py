@@ -1,7 +1,7 @@
 """Fetch the libraries asv's HTML page loads (jQuery, flot, Bootstrap, ...) into a local cache.
 
 Run once by ``tools/setup.sh``; ``tools/suite.py`` then copies them into the published page so
-it works without internet (see swinkit/report/asv_offline.py for the list and the rewrite).
+it works without internet (see swinkit/report/asv_offline/ for the list and the rewrite).
 Each package is fetched with ``npm pack NAME@VERSION`` (the exact versions asv's page names),
 and only the files the page needs are kept, under
 

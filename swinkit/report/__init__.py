@@ -4,5 +4,5 @@
     text.py       the attribution report as terminal text
     figures.py    its figures as PNG bytes
     page.py       its self-contained HTML page (figures embedded) and the PNGs beside it
-    asv_offline.py  asv's published page pointed at local copies of its libraries (no CDN)
+    asv_offline/  asv's published page pointed at local copies of its libraries (no CDN)
 """
