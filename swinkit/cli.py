@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 from swinkit.config import PRESETS, default_data_root, load_config
@@ -159,49 +158,32 @@ def _ddp(args) -> int:
     if args.engine != "ddp" or args.zero is not None or args.grad_accum != 1 or args.figure:
         from swinkit.engines.cli import engine_command
         return engine_command(args)
-    from swinkit.dist import LaunchConfig, LaunchError
-    from swinkit.files import RunLock, write_json_atomic
+    from swinkit.cli_launch import launch_and_report, run_spec
+    from swinkit.files import write_json_atomic
     from swinkit.measure.timeline import chrome_trace
     from swinkit.report.ddp_table import ddp_table
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-    from swinkit.workloads.inject import parse_injection
+    from swinkit.workloads.ddp_run import run_ddp
 
-    launch = LaunchConfig(
-        world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
-        rdzv_endpoint=args.rdzv_endpoint, backend=args.backend, pg_timeout_s=args.pg_timeout,
-        join_timeout_s=args.pg_timeout, wall_timeout_s=args.timeout,
-        threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
-    spec = DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
-                      warmup=args.warmup, workers=args.workers,
-                      injection=parse_injection(args.inject), data_root=args.data_root,
-                      overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
-                      launch=launch, ddp_timers=args.ddp_timers)
-    try:
-        # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.
-        locked = args.json_path and args.nnodes == 1
-        with RunLock(args.json_path) if locked else nullcontext():
-            result = run_ddp(spec, quiet=False)
-            if args.json_path and result is not None:
-                write_json_atomic(args.json_path, result)
-            if args.trace and not args.timeline:  # the ranks' timeline beside the profiler's
-                args.timeline = str(Path(args.trace) / "swinkit-timeline.json")
-            if args.timeline and result is not None and not args.bare:
-                write_json_atomic(args.timeline, chrome_trace(
-                    {r["rank"]: r["timeline"] for r in result["ranks"]}, result["warmup"]))
-    except LaunchError as exc:
-        print(f"swinkit ddp: FAILED: {exc.diagnosis.summary}", file=sys.stderr)
-        if exc.diagnosis.detail:
-            print(exc.diagnosis.detail, file=sys.stderr)
-        return EXIT_FAILED
-    if result is None:
-        print("this node's ranks finished; the node that hosted rank 0 reports the results")
+    spec = run_spec(args)
+
+    def timeline(result) -> None:
+        if args.trace and not args.timeline:  # the ranks' timeline beside the profiler's
+            args.timeline = str(Path(args.trace) / "swinkit-timeline.json")
+        if args.timeline and result is not None and not args.bare:
+            write_json_atomic(args.timeline, chrome_trace(
+                {r["rank"]: r["timeline"] for r in result["ranks"]}, result["warmup"]))
+
+    def report(result) -> int:
+        print(f"median iteration {result['iter_s']:.4f} s (bare loop)" if args.bare
+              else ddp_table(result))
+        if args.json_path:
+            print(f"result written to {args.json_path}")
+        if args.timeline and not args.bare:
+            print(f"timeline (chrome://tracing, ui.perfetto.dev) written to {args.timeline}")
         return EXIT_OK
-    print(f"median iteration {result['iter_s']:.4f} s (bare loop)" if args.bare else ddp_table(result))
-    if args.json_path:
-        print(f"result written to {args.json_path}")
-    if args.timeline and not args.bare:
-        print(f"timeline (chrome://tracing, ui.perfetto.dev) written to {args.timeline}")
-    return EXIT_OK
+
+    return launch_and_report(args, "swinkit ddp", lambda: run_ddp(spec, quiet=False), report,
+                             also_locked=timeline)
 
 
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,

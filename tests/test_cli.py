@@ -48,3 +48,57 @@ def test_unknown_preset_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["describe", "--preset", "huge"])
     assert info.value.code == 2
+
+
+# --- swinkit ddp around its launch: the same messages and exit codes with or without --engine
+# (swinkit/cli_launch.py serves both); the launch itself is replaced, so nothing starts here.
+
+DDP = ["ddp", "--preset", "test", "--world-size", "1"]
+ENGINE = [*DDP, "--engine", "ddp", "--grad-accum", "2"]  # the engine path (swinkit.engines.cli)
+LAUNCHERS = {"ddp": ("swinkit.workloads.ddp_run", "run_ddp"),
+             "engine": ("swinkit.workloads.engine_run", "run_engine")}
+
+
+def _replace_launch(monkeypatch, which, outcome):
+    import importlib
+
+    def launch(spec, quiet=False):
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+    module, name = LAUNCHERS[which]
+    monkeypatch.setattr(importlib.import_module(module), name, launch)
+
+
+@pytest.mark.parametrize("which, argv, label", [
+    ("ddp", DDP, "swinkit ddp"), ("engine", ENGINE, "swinkit ddp --engine ddp")])
+def test_ddp_failed_launch_exits_1_with_the_diagnosis(monkeypatch, capsys, tmp_path, which, argv,
+                                                      label):
+    from swinkit.dist import LaunchError
+    from swinkit.dist.diagnose import Diagnosis
+    failure = LaunchError(Diagnosis("raised", 1, "rank 1 raised ZeroDivisionError", "Traceback x"))
+    _replace_launch(monkeypatch, which, failure)
+    out = tmp_path / "r.json"
+    assert main([*argv, "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{label}: FAILED: rank 1 raised ZeroDivisionError\nTraceback x\n" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("which, argv", [("ddp", DDP), ("engine", ENGINE)])
+def test_ddp_node_without_rank_0_exits_0_and_says_so(monkeypatch, capsys, tmp_path, which, argv):
+    _replace_launch(monkeypatch, which, None)
+    out = tmp_path / "r.json"
+    assert main([*argv, "--json", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "this node's ranks finished; the node that hosted rank 0 reports the results\n")
+    assert not out.exists()
+
+
+def test_ddp_result_is_written_and_reported(monkeypatch, capsys, tmp_path):
+    _replace_launch(monkeypatch, "ddp", {"iter_s": 0.25})
+    out = tmp_path / "r.json"
+    assert main([*DDP, "--bare", "--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"iter_s": 0.25}
+    assert capsys.readouterr().out.endswith(
+        f"median iteration 0.2500 s (bare loop)\nresult written to {out}\n")

@@ -1,0 +1,62 @@
+"""What ``swinkit ddp`` does around a launch, with or without ``--engine``.
+
+Both paths (``swinkit.cli`` for DDP, ``swinkit.engines.cli`` for the other engines) build the
+run from the same options, hold the same lock on the result file, and must answer a failed
+launch or a node that does not host rank 0 with the same messages and exit codes: one place, so
+the two cannot drift apart. What each prints for a result stays with its command.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from typing import Callable
+
+from swinkit.cli import EXIT_FAILED, EXIT_OK
+
+
+def run_spec(args):
+    """The :class:`~swinkit.workloads.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
+    from swinkit.dist import LaunchConfig
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.workloads.inject import parse_injection
+    launch = LaunchConfig(
+        world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint, backend=args.backend, pg_timeout_s=args.pg_timeout,
+        join_timeout_s=args.pg_timeout, wall_timeout_s=args.timeout,
+        threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
+    return DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
+                      warmup=args.warmup, workers=args.workers,
+                      injection=parse_injection(args.inject), data_root=args.data_root,
+                      overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
+                      launch=launch, ddp_timers=args.ddp_timers)
+
+
+def launch_and_report(args, label: str, run: Callable[[], dict | None],
+                      report: Callable[[dict], int],
+                      also_locked: Callable[[dict | None], None] | None = None) -> int:
+    """Run ``run()``, write its result to ``--json``, and hand it to ``report``.
+
+    ``also_locked`` writes what else belongs beside the result while the lock is held. A failed
+    launch prints ``{label}: FAILED: <diagnosis>`` (and its detail) and returns 1; a node whose
+    ranks did not include rank 0 (``run()`` returns None) says so and returns 0.
+    """
+    from swinkit.dist import LaunchError
+    from swinkit.files import RunLock, write_json_atomic
+    try:
+        # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.
+        locked = args.json_path and args.nnodes == 1
+        with RunLock(args.json_path) if locked else nullcontext():
+            result = run()
+            if args.json_path and result is not None:
+                write_json_atomic(args.json_path, result)
+            if also_locked is not None:
+                also_locked(result)
+    except LaunchError as exc:
+        print(f"{label}: FAILED: {exc.diagnosis.summary}", file=sys.stderr)
+        if exc.diagnosis.detail:
+            print(exc.diagnosis.detail, file=sys.stderr)
+        return EXIT_FAILED
+    if result is None:
+        print("this node's ranks finished; the node that hosted rank 0 reports the results")
+        return EXIT_OK
+    return report(result)
