@@ -53,6 +53,10 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
             try:
                 data = json.loads(path.read_text())
                 data["results"], data["commit_hash"]
+                _check_rows(data)
+            except _DamagedRow as exc:
+                skipped.append(f"{path} ({exc})")
+                continue
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 skipped.append(f"{path} ({type(exc).__name__})")
                 continue
@@ -66,6 +70,31 @@ def _load_results(results_dir: Path, machine: str | None, commit: str | None):
                          + (f" (skipped unreadable: {', '.join(skipped)})" if skipped else ""))
     _, m, data = max(candidates, key=lambda c: c[0])
     return m, data["commit_hash"], data, skipped
+
+
+class _DamagedRow(ValueError):
+    """A results file that parses but holds a row of the wrong shape (its message names it)."""
+
+
+def _check_rows(data: dict) -> None:
+    """Every row the attribution reads has one entry per parameter combination in each of
+    its columns: a file that parses but was damaged (cut short, hand-edited) is skipped and
+    named like an unreadable one, instead of failing the report halfway."""
+    for name in names.ALL:
+        row = data["results"].get(name)
+        if row is None:
+            continue
+        try:
+            _table(data, name)
+            cols = dict(zip(data["result_columns"], row))
+            n = len(list(itertools.product(*cols["params"])))
+            bad = [c for c in ("result", "stats_q_25", "stats_q_75", "samples")
+                   if cols.get(c) is not None and len(cols[c]) != n]
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            raise _DamagedRow(f"damaged row {name}: {type(exc).__name__}") from None
+        if bad:
+            raise _DamagedRow(f"damaged row {name}: {', '.join(bad)} not one entry per "
+                              f"parameter combination ({n})")
 
 
 def _table(data: dict, name: str) -> dict[tuple, dict]:
