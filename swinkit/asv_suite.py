@@ -19,6 +19,9 @@ from swinkit.attribution.asv_names import environment_path
 from swinkit.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
+# Seconds asv's processes get after SIGTERM before SIGKILL: enough for a benchmark's launch to
+# stop its ranks (swinkit.dist.launch waits up to twice its own 5 s grace).
+ASV_STOP_GRACE_S = 15.0
 
 
 def read_conf(path: Path = ROOT / "asv.conf.json") -> dict:
@@ -27,13 +30,18 @@ def read_conf(path: Path = ROOT / "asv.conf.json") -> dict:
                                 if not line.strip().startswith("//")))
 
 
-def _asv(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _asv(*args: str, check: bool = True) -> int:
+    """Run asv; its exit code. asv runs in a session of its own, stopped with everything it
+    started (its fork server, the benchmark processes and their launches) on every way out
+    of here: Ctrl-C, SIGTERM (``timeout``, a scheduler) or an error."""
+    from swinkit.dist.launch import run_in_session
+
     cmd = [sys.executable, "-m", "asv", "--config", str(ROOT / "asv.conf.json"), *args]
     print("$ asv " + " ".join(args), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"asv {args[0]} failed with exit code {proc.returncode}")
-    return proc
+    returncode = run_in_session(cmd, cwd=ROOT, grace_s=ASV_STOP_GRACE_S)
+    if check and returncode != 0:
+        raise RuntimeError(f"asv {args[0]} failed with exit code {returncode}")
+    return returncode
 
 
 def head_commit() -> str:
@@ -57,11 +65,14 @@ def environment_record() -> dict:
     return env
 
 
-def run_suite(bench: str | None = None, quick: bool = False) -> Path:
+def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]:
     """asv machine (once), asv run on HEAD in this environment, environment record, publish.
 
+    A failed benchmark does not stop the rest: asv records it as failed and exits 2; the
+    environment record and the page are still written, from every result that was stored.
+
     Returns:
-        The published HTML folder.
+        (the published HTML folder, asv run's exit code: 0, or 2 if any benchmark failed).
     """
     if not (Path.home() / ".asv-machine.json").exists():
         _asv("machine", "--yes")
@@ -72,11 +83,13 @@ def run_suite(bench: str | None = None, quick: bool = False) -> Path:
         args.append("--quick")
     if bench:
         args += ["-b", bench]
-    _asv(*args)
+    run_code = _asv(*args, check=False)
+    if run_code not in (0, 2):  # 2: some benchmark failed, and the others' results are stored
+        raise RuntimeError(f"asv run failed with exit code {run_code}")
     conf = read_conf()
     machine = json.loads((Path.home() / ".asv-machine.json").read_text())
     name = next(k for k in machine if k != "version")
     write_json_atomic(environment_path(ROOT / conf["results_dir"], name, commit),
                       environment_record())
     _asv("publish")
-    return ROOT / conf["html_dir"]
+    return ROOT / conf["html_dir"], run_code

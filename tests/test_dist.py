@@ -8,7 +8,9 @@ Rows covered here (each on 2 gloo ranks, each followed by an orphan check):
   5 rank never joins   test_rank_that_never_joins_is_named
   6 port taken         test_busy_explicit_port_fails_fast, test_default_port_is_free
   7 invalid config     test_bad_launch_config_names_the_field, test_validation_holds_under_python_O
- 12 interrupted run    test_ctrl_c_stops_every_rank_and_keeps_old_results (+ test_atomic.py)
+ 12 interrupted run    test_ctrl_c_stops_every_rank_and_keeps_old_results (+ test_atomic.py),
+                      test_sigterm_stops_every_rank (timeout(1), a scheduler),
+                      test_sigterm_reaches_launches_inside_a_tool_in_its_own_session (asv)
  15 leftovers          test_atomic.py (stale lock taken over, live lock respected)
 """
 import json
@@ -163,6 +165,53 @@ def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_o
     assert json.loads(out.read_text()) == {"old": True}
     assert not list(tmp_path.glob(".r.json.*.tmp"))
     assert not (tmp_path / "r.json.lock").exists()
+
+
+# A supervisor that launches 2 ranks looping for minutes (allreduce_loop, 0.05 s per step).
+_LAUNCH_FOREVER = (
+    "from swinkit.dist import LaunchConfig, launch\n"
+    "launch('swinkit.workloads.selftest:allreduce_loop', {'steps': 100000},\n"
+    "       LaunchConfig(world_size=2, wall_timeout_s=600), quiet=True)\n")
+
+
+def _sigterm_once_iterating(cmd) -> subprocess.Popen:
+    """Start ``cmd``, wait until a launch under it has heartbeats, send SIGTERM, wait."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if any(list(p.glob("hb-rank*.json")) for p in _run_dirs_of(proc.pid)):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("ranks never started")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_rank(no_orphans):
+    """Python's default SIGTERM ends a process without its finally blocks: the agent's session
+    would outlive the supervisor. The launch turns it into an exception and stops them; the
+    exit code is 128 + SIGTERM."""
+    proc = _sigterm_once_iterating([sys.executable, "-c", _LAUNCH_FOREVER])
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
+
+
+@pytest.mark.slow
+def test_sigterm_reaches_launches_inside_a_tool_in_its_own_session(no_orphans):
+    """tools/suite.py runs asv in a session of its own, and asv's benchmark processes launch
+    ranks in sessions of theirs: SIGTERM to the outer supervisor must still stop all of them
+    (run_in_session SIGTERMs its group, the launch inside stops its ranks)."""
+    outer = ("import sys\nfrom swinkit.dist.launch import run_in_session\n"
+             f"sys.exit(run_in_session([sys.executable, '-c', {_LAUNCH_FOREVER!r}], "
+             "grace_s=15))\n")
+    proc = _sigterm_once_iterating([sys.executable, "-c", outer])
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
 
 
 def _run_dirs_of(pid):

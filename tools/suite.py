@@ -8,7 +8,7 @@ Environment: SWINKIT_PRESET (thesis with CUDA, cpu without), SWINKIT_OVERSUBSCRI
 
 After ``asv publish`` the page is made to work offline: the libraries asv's page loads from
 CDNs are copied from the cache that tools/setup.sh fills (tools/fetch_asv_assets.py) into the
-published folder, and the page points at them (swinkit/report/asv_offline.py). Exit codes: 0 done,
+published folder, and the page points at them (swinkit/report/asv_offline/). Exit codes: 0 done,
 1 a step failed (a missing asset is named; the stored results are kept either way).
 """
 from __future__ import annotations
@@ -52,9 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    else:
+    run_code = 0
+    if not args.publish_only:
         from swinkit.asv_suite import run_suite
-        html = run_suite(args.bench, args.quick)
+        try:
+            html, run_code = run_suite(args.bench, args.quick)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     try:
         replaced = make_offline(html)
     except OfflineAssetsError as e:
@@ -66,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"offline page: {len(replaced)} remote reference(s) replaced; libraries in "
               f"{html}/vendor\n{describe(replaced)}")
     print(f"HTML history: {html}/index.html")
+    if run_code:
+        print("error: some benchmarks failed (asv says which, above, and the page shows them "
+              "as failed); the others' results are stored and published", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from swinkit.checks import check_int, check_positive_number
 from swinkit.dist.diagnose import Diagnosis, diagnose
+from swinkit.dist.terminate import sigterm_raises
 from swinkit.faults import FAULT_ENV, parse_fault
 from swinkit.files import write_json_atomic
 
@@ -155,7 +156,8 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
         ValueError: bad configuration (before any process starts).
         LaunchError: a rank failed, hung or never joined, or the watchdog fired; its
             ``diagnosis`` names the rank and cause.
-        KeyboardInterrupt: after every process of the run has been stopped.
+        KeyboardInterrupt, Terminated (SIGTERM): after every process of the run has been
+            stopped.
     """
     cfg.validate()
     parse_fault((env or {}).get(FAULT_ENV, os.environ.get(FAULT_ENV)))  # malformed: fail here
@@ -171,16 +173,20 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     cmd = [sys.executable, "-m", "swinkit.dist.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
-    agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out, stderr=out)
-    (run_dir / "agent.pid").write_text(str(agent.pid))
     watchdog_fired = False
-    try:
+    # SIGTERM (timeout(1), a scheduler, asv stopping a benchmark) raises here, so the finally
+    # below still stops the agent's session, which a signal to our own group does not reach.
+    with sigterm_raises():
+        agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out,
+                                 stderr=out)
         try:
-            agent.wait(timeout=cfg.wall_timeout_s)
-        except subprocess.TimeoutExpired:
-            watchdog_fired = True
-    finally:  # every exit path, Ctrl-C included: nothing of this run survives it
-        stop_process_group(agent)
+            (run_dir / "agent.pid").write_text(str(agent.pid))
+            try:
+                agent.wait(timeout=cfg.wall_timeout_s)
+            except subprocess.TimeoutExpired:
+                watchdog_fired = True
+        finally:  # every exit path, Ctrl-C and SIGTERM included: nothing of this run survives
+            stop_process_group(agent)
     wall = time.monotonic() - start
     # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
     # only the records found here are known.
@@ -193,6 +199,19 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     result_file = run_dir / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else None
     return RunResult(result=result, run_dir=run_dir, wall_s=wall)
+
+
+def run_in_session(cmd: list[str], cwd=None, grace_s: float = KILL_GRACE_S) -> int:
+    """Run ``cmd`` in a session of its own; its exit code. On every way out (it ends, Ctrl-C,
+    SIGTERM, an error) its whole process group is stopped: SIGTERM first, so that a launch
+    inside it stops its ranks (their sessions are out of this group's reach), SIGKILL after
+    ``grace_s``. For a tool (asv) that starts launches in processes of its own."""
+    with sigterm_raises():
+        proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+        try:
+            return proc.wait()
+        finally:
+            stop_process_group(proc, grace_s=grace_s)
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
