@@ -1,12 +1,13 @@
 """The full DDP iteration across world sizes: time, phases, blame, skew, utilisation, scaling."""
 import math
 
-from swinkit import scaling  # torch-free arithmetic
+from swinkit import scaling as formulas  # torch-free arithmetic (param 'scaling' below)
 
 from .common import WORLD_SIZES, lazy, preset, samples
 
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
 ddp_sweep = lazy("swinkit.workloads.ddp_sweep:ddp_sweep")
+with_strong_scaling = lazy("swinkit.workloads.ddp_sweep:with_strong_scaling")
 # swinkit.measure.phases.PHASES (re-exported by swinkit.workloads.ddp, which imports torch and
 # mmseg), written out like BLAME_KEYS below; tests/test_benchmark_imports.py keeps them equal.
 PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
@@ -15,6 +16,8 @@ PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "othe
 # whose swinkit has no blame (tests/test_benchmarks.py keeps the two equal).
 BLAME_KEYS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other",
               "unattributed")
+# swinkit.workloads.attribution_run.SCALING, written out like the keys above
+SCALINGS = ("weak", "strong")
 
 
 class _DDPRun:
@@ -24,7 +27,9 @@ class _DDPRun:
     param_names = ["world_size"]
 
     def setup_cache(self):
-        return ddp_sweep(preset(), WORLD_SIZES)
+        # weak scaling (the thesis's runs) under world-size keys; the strong-scaling runs that
+        # differ from them under ("strong", world size), for Scaling
+        return with_strong_scaling(ddp_sweep(preset(), WORLD_SIZES), preset(), WORLD_SIZES)
 
     def setup(self, sweep, world_size, *_):
         sweep.get(world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
@@ -108,21 +113,35 @@ class Blame(_DDPRun):
 
 
 class Scaling(_DDPRun):
-    def setup(self, sweep, world_size):
-        sweep.get(1), sweep.get(world_size)  # every ratio needs world size 1
+    """Speedup, efficiency and Karp-Flatt against world size 1. ``weak``: the preset's images
+    per rank at every N (the thesis's runs), S = N T(1) / T(N), E = T(1) / T(N). ``strong``: the
+    largest runnable world size's global batch at every N (world size 1 runs all of it),
+    S = T(1) / T(N), E = T(1) / (N T(N)): the weak formulas with T(1) / N in place of T(1)."""
+    params = [list(WORLD_SIZES), list(SCALINGS)]
+    param_names = ["world_size", "scaling"]
 
-    def _times(self, sweep, world_size):
-        return sweep.get(1)["iter_s"], sweep.get(world_size)["iter_s"]
+    def setup(self, sweep, world_size, scaling):
+        if scaling == "strong" and not any(("strong", 1) in d for d in (
+                sweep.results, sweep.skipped, sweep.failed)):
+            raise NotImplementedError("this commit's sweep has no strong-scaling runs")
+        self._times(sweep, world_size, scaling)  # every ratio needs world size 1
 
-    def track_speedup(self, sweep, world_size):
-        return scaling.speedup(*self._times(sweep, world_size), world_size)
+    def _times(self, sweep, world_size, scaling):
+        """(reference, T(N)): T(1), or T(1) / N for strong scaling."""
+        if scaling == "weak":
+            return sweep.get(1)["iter_s"], sweep.get(world_size)["iter_s"]
+        return (sweep.get("strong", 1)["iter_s"] / world_size,
+                sweep.get("strong", world_size)["iter_s"])
+
+    def track_speedup(self, sweep, world_size, scaling):
+        return formulas.speedup(*self._times(sweep, world_size, scaling), world_size)
     track_speedup.unit = "x"
 
-    def track_efficiency(self, sweep, world_size):
-        return scaling.efficiency(*self._times(sweep, world_size))
+    def track_efficiency(self, sweep, world_size, scaling):
+        return formulas.efficiency(*self._times(sweep, world_size, scaling))
     track_efficiency.unit = "ratio"
 
-    def track_karp_flatt(self, sweep, world_size):
-        return scaling.karp_flatt(scaling.speedup(*self._times(sweep, world_size), world_size),
-                                  world_size)
+    def track_karp_flatt(self, sweep, world_size, scaling):
+        return formulas.karp_flatt(formulas.speedup(*self._times(sweep, world_size, scaling),
+                                                  world_size), world_size)
     track_karp_flatt.unit = "serial fraction"

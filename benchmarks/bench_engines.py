@@ -16,8 +16,8 @@ engine_sweep = lazy("swinkit.workloads.engine_run:engine_sweep")
 ENGINES = ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
 STEPS = [1, 2, 4]
 # Optimizer steps per launch: the engines differ most in bytes, rounds and memory, which are the
-# same every step; 5 timed steps keep the whole file to a few minutes on 2 CPU cores.
-ITERS, WARMUP = 5, 2
+# same every step; 4 timed steps keep the whole file to a few minutes on 2 CPU cores.
+ITERS, WARMUP = 4, 2
 
 
 def _engines_and_accumulation(self):

@@ -40,7 +40,7 @@ class Remedy:
         if runnable:
             sweep.run("what_if", lambda: what_if(
                 preset(), runnable, [CATALOGUE[n] for n in REMEDIES if n != "baseline"],
-                iters=8, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1]), print)
+                iters=6, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1]), print)
         return sweep
 
     def setup(self, sweep, world_size, remedy):

@@ -98,6 +98,8 @@ def test_written_out_params_equal_swinkits():
     assert list(bench_comm.DTYPES) == list(allreduce.DTYPES)
     assert bench_ddp.PHASES == phases.PHASES == ddp.PHASES
     assert bench_ddp.Phase.params[1] == list(phases.PHASES)
+    from swinkit.workloads.attribution_run import SCALING
+    assert bench_ddp.SCALINGS == SCALING and bench_ddp.Scaling.params[1] == list(SCALING)
     assert bench_model.SCOPES == forward_backward.SCOPES
     assert bench_model.OPS == forward_backward.OPS
     assert bench_model.BATCHES == list(forward_backward.BATCHES)

@@ -94,6 +94,54 @@ def test_setup_skips_and_fails_with_the_reason():
         ddp.setup(sweep, 8)
 
 
+def test_scaling_formulas_weak_and_strong_by_hand():
+    """Weak (2 images per rank): T(1) = 2.0 s, T(2) = 2.5 s -> S = 2 x 2.0 / 2.5 = 1.6,
+    E = 0.8, Karp-Flatt (1/1.6 - 1/2) / (1 - 1/2) = 0.25. Strong (4 images in all): T(1) =
+    4.4 s for 4 images on one rank, T(2) = 2.5 s (2 per rank, the weak run itself) ->
+    S = 4.4 / 2.5 = 1.76, E = 0.88, Karp-Flatt (1/1.76 - 1/2) / (1/2) = 0.1364. A strong
+    formula fed the weak T(1) (or the weak one fed T(1) for 4 images) gives other numbers."""
+    run = lambda t: {"iter_s": t}  # noqa: E731
+    sweep = Sweep(results={1: run(2.0), 2: run(2.5), ("strong", 1): run(4.4),
+                           ("strong", 2): run(2.5)})
+    scaling = CLASSES["bench_ddp.Scaling"]()
+    for kind in ("weak", "strong"):
+        scaling.setup(sweep, 2, kind)
+    assert scaling.track_speedup(sweep, 2, "weak") == pytest.approx(1.6)
+    assert scaling.track_efficiency(sweep, 2, "weak") == pytest.approx(0.8)
+    assert scaling.track_karp_flatt(sweep, 2, "weak") == pytest.approx(0.25)
+    assert scaling.track_speedup(sweep, 2, "strong") == pytest.approx(1.76)
+    assert scaling.track_efficiency(sweep, 2, "strong") == pytest.approx(0.88)
+    assert scaling.track_karp_flatt(sweep, 2, "strong") == pytest.approx((1 / 1.76 - 0.5) / 0.5)
+    assert scaling.track_efficiency(sweep, 1, "strong") == pytest.approx(1.0)
+    # an older commit's cache (no strong runs) skips strong scaling with the reason
+    with pytest.raises(NotImplementedError, match="no strong-scaling runs"):
+        scaling.setup(Sweep(results={1: run(2.0), 2: run(2.5)}), 2, "strong")
+
+
+def test_strong_scaling_runs_only_what_differs_from_the_weak_runs(monkeypatch):
+    """On 2 runnable world sizes of a 2-image preset: strong scaling's global batch is 4, so
+    world size 1 runs once more with 4 images, and world size 2 (2 per rank) is the weak run
+    itself, not launched again; world size 4 keeps the weak sweep's skip reason."""
+    from swinkit.workloads import ddp_sweep as module
+    launched = []
+
+    def fake_run(spec, progress=print):
+        launched.append((spec.world_size, spec.overrides["images_per_rank"]))
+        return {"iter_s": float(spec.overrides["images_per_rank"])}
+    monkeypatch.setattr(module, "run_ddp", fake_run)
+    monkeypatch.setattr(module, "environment", lambda: {})
+    monkeypatch.setattr(module, "plan_world_sizes",
+                        lambda sizes: {ws: None if ws <= 2 else "needs cores" for ws in sizes})
+    weak = module.ddp_sweep("test", [1, 2, 4], progress=lambda line: None)
+    assert launched == [(1, 2), (2, 2)]
+    both = module.with_strong_scaling(weak, "test", [1, 2, 4], progress=lambda line: None)
+    assert launched == [(1, 2), (2, 2), (1, 4)]
+    assert both.get("strong", 1) == {"iter_s": 4.0}
+    assert both.get("strong", 2) is both.get(2)
+    with pytest.raises(NotImplementedError, match="needs cores"):
+        both.get("strong", 4)
+
+
 def test_world_sizes_beyond_the_cores_are_skipped_unless_opted_in(monkeypatch):
     monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
     cores = os.cpu_count()

@@ -10,18 +10,21 @@ from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
 
 def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int = 3,
               workers: int | None = None, injection: Injection = Injection(),
-              wall_timeout_s: float = 900.0, scaling: str = "weak", progress=print) -> Sweep:
+              wall_timeout_s: float = 900.0, scaling: str = "weak", progress=print,
+              images: dict[int, int] | None = None) -> Sweep:
     """Sweep keyed by world size; each result is :func:`run_ddp`'s dict. A one-rank injection
     applies only where its rank exists (the world-size-1 baseline runs clean). ``scaling``:
     ``weak`` keeps the preset's images per rank; ``strong`` divides a global batch of the
-    preset's images per rank times the largest runnable world size among the ranks."""
+    preset's images per rank times the largest runnable world size among the ranks.
+    ``images``: images per rank by world size, in place of what ``scaling`` gives (a world
+    size's share of a larger sweep's global batch)."""
     from swinkit.workloads.attribution_run import images_per_rank
 
     sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup, "scaling": scaling,
                         "injection": injection.to_dict(), "environment": environment()})
     plan = plan_world_sizes(world_sizes)
-    images = images_per_rank(preset, [ws for ws, reason in plan.items() if not reason] or [1],
-                             scaling)
+    images = images or images_per_rank(
+        preset, [ws for ws, reason in plan.items() if not reason] or [1], scaling)
     for ws, reason in plan.items():
         if reason:
             sweep.skipped[ws] = reason
@@ -34,3 +37,31 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
                           overrides={"images_per_rank": images[ws]})
         sweep.run(ws, lambda: run_ddp(spec, progress=progress), progress)
     return sweep
+
+
+def with_strong_scaling(weak: Sweep, preset: str, world_sizes=WORLD_SIZES, progress=print,
+                        **kwargs) -> Sweep:
+    """``weak`` plus the strong-scaling runs under keys ``("strong", ws)``: the global batch of
+    the largest runnable world size's, divided among the ranks. A world size whose share equals
+    the preset's images per rank (the largest runnable one) is the weak run itself, not run
+    twice; the others launch once each (world size 1 with N times the images)."""
+    from swinkit.workloads.attribution_run import images_per_rank
+    runnable = [ws for ws, reason in plan_world_sizes(world_sizes).items() if not reason] or [1]
+    strong_images = images_per_rank(preset, runnable, "strong")
+    weak_images = images_per_rank(preset, runnable, "weak")
+    for ws in world_sizes:
+        if ws in weak.skipped or ws in weak.failed:
+            target = weak.skipped if ws in weak.skipped else weak.failed
+            target[("strong", ws)] = target[ws]
+        elif strong_images[ws] == weak_images[ws]:
+            weak.results[("strong", ws)] = weak.results[ws]
+        else:
+            progress(f"  strong scaling at world size {ws}: {strong_images[ws]} images per rank")
+            run = ddp_sweep(preset, [ws], scaling="strong", progress=progress,
+                            images={ws: strong_images[ws]}, **kwargs)
+            for key, store in (("results", weak.results), ("failed", weak.failed),
+                               ("skipped", weak.skipped)):
+                if ws in getattr(run, key):
+                    store[("strong", ws)] = getattr(run, key)[ws]
+    weak.meta["strong_images_per_rank"] = strong_images
+    return weak
