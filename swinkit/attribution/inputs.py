@@ -77,24 +77,23 @@ class _DamagedRow(ValueError):
 
 
 def _check_rows(data: dict) -> None:
-    """Every row the attribution reads has one entry per parameter combination in each of
-    its columns: a file that parses but was damaged (cut short, hand-edited) is skipped and
+    """Every row the attribution reads has one result per parameter combination and reads
+    without error: a file that parses but was damaged (cut short, hand-edited) is skipped and
     named like an unreadable one, instead of failing the report halfway."""
     for name in names.ALL:
         row = data["results"].get(name)
         if row is None:
             continue
         try:
-            _table(data, name)
             cols = dict(zip(data["result_columns"], row))
             n = len(list(itertools.product(*cols["params"])))
-            bad = [c for c in ("result", "stats_q_25", "stats_q_75", "samples")
-                   if cols.get(c) is not None and len(cols[c]) != n]
-        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            results = cols["result"]
+            if results is not None and len(results) != n:
+                raise _DamagedRow(f"damaged row {name}: {len(results)} results for {n} "
+                                  "parameter combinations")
+            _table(data, name)  # what the report reads of it, read once here
+        except (IndexError, KeyError, TypeError) as exc:
             raise _DamagedRow(f"damaged row {name}: {type(exc).__name__}") from None
-        if bad:
-            raise _DamagedRow(f"damaged row {name}: {', '.join(bad)} not one entry per "
-                              f"parameter combination ({n})")
 
 
 def _table(data: dict, name: str) -> dict[tuple, dict]:
