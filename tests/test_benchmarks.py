@@ -142,6 +142,27 @@ def test_strong_scaling_runs_only_what_differs_from_the_weak_runs(monkeypatch):
         both.get("strong", 4)
 
 
+def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch):
+    """On GPUs, world size 1 with the whole global batch may not fit: that is the device's
+    limit (asv: skipped, with the reason), not a fault of the run; other failures stay failed."""
+    from swinkit.dist import LaunchError
+    from swinkit.dist.diagnose import Diagnosis
+    from swinkit.workloads import ddp_sweep as module
+
+    def fake_run(spec, progress=print):
+        if spec.overrides["images_per_rank"] == 4:
+            raise LaunchError(Diagnosis(rank=0, cause="raised", summary=(
+                "rank 0 raised torch.OutOfMemoryError: CUDA out of memory")))
+        return {"iter_s": 1.0}
+    monkeypatch.setattr(module, "run_ddp", fake_run)
+    monkeypatch.setattr(module, "environment", lambda: {})
+    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes: dict.fromkeys(sizes))
+    both = module.with_strong_scaling(module.ddp_sweep("test", [1, 2], progress=lambda x: None),
+                                      "test", [1, 2], progress=lambda line: None)
+    with pytest.raises(NotImplementedError, match="does not fit at world size 1.*out of memory"):
+        both.get("strong", 1)
+
+
 def test_world_sizes_beyond_the_cores_are_skipped_unless_opted_in(monkeypatch):
     monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
     cores = os.cpu_count()

@@ -63,5 +63,11 @@ def with_strong_scaling(weak: Sweep, preset: str, world_sizes=WORLD_SIZES, progr
                                ("skipped", weak.skipped)):
                 if ws in getattr(run, key):
                     store[("strong", ws)] = getattr(run, key)[ws]
+            why = weak.failed.get(("strong", ws), "")
+            if "OutOfMemory" in why:  # N x the images on fewer devices: a limit, not a fault
+                del weak.failed[("strong", ws)]
+                weak.skipped[("strong", ws)] = (
+                    f"the strong-scaling global batch does not fit at world size {ws} "
+                    f"({strong_images[ws]} images per rank): {why}")
     weak.meta["strong_images_per_rank"] = strong_images
     return weak
