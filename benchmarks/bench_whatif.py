@@ -1,10 +1,10 @@
 """What-ifs tracked over commits: each remedy predicted from its components, then run.
 
 A change in swinkit or torch that breaks a remedy (or the oracle's prediction of it) shows in
-asv's history. The default run tracks two remedies, one of each kind of change (what is sent:
-the bf16 compression hook; how often: accumulation over 2 micro-batches), each launch costing
-half a minute on 2 CPU cores; the rest with ``SWINKIT_WHATIF=all``, ``default`` (the report's
-six) or comma-separated names. The remedies run where there is communication to change (world
+asv's history. The default run tracks one remedy, the bf16 compression hook (what is sent;
+how often is bench_engines' GradAccum), predicted and run at half a minute a launch on 2 CPU
+cores; the rest with ``SWINKIT_WHATIF=all``, ``default`` (the report's six) or comma-separated
+names. The remedies run where there is communication to change (world
 size > 1), the baseline at every world size (the smallest is the efficiency's reference).
 World sizes: the suite's (those the machine cannot hold are skipped with the reason), or
 ``SWINKIT_WHATIF_WORLD_SIZES``.
@@ -18,7 +18,7 @@ from .common import WORLD_SIZES as ALL_WORLD_SIZES, lazy, preset
 
 what_if = lazy("swinkit.workloads.whatif_run:what_if")  # torch and MMSeg in setup_cache only
 
-SUITE_DEFAULT = "bf16_hook,accum_2"
+SUITE_DEFAULT = "bf16_hook"
 REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or SUITE_DEFAULT)]
 WORLD_SIZES = [int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")] if (
     os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else list(ALL_WORLD_SIZES)

@@ -204,12 +204,16 @@ def test_sigterm_stops_every_rank(no_orphans):
 
 @pytest.mark.slow
 def test_sigterm_reaches_launches_inside_a_tool_in_its_own_session(no_orphans):
-    """tools/suite.py runs asv in a session of its own, and asv's benchmark processes launch
-    ranks in sessions of theirs: SIGTERM to the outer supervisor must still stop all of them
-    (run_in_session SIGTERMs its group, the launch inside stops its ranks)."""
+    """tools/suite.py runs asv in a session of its own; asv puts its fork server in a process
+    group of its own, and its benchmark processes launch ranks in sessions of theirs: SIGTERM
+    to the outer supervisor must still stop all of them (run_in_session signals every group of
+    its session, the launch inside stops its ranks)."""
+    # the tool (like asv) starts the launching process in a process group of its own
+    tool = ("import os, subprocess, sys\n"
+            f"subprocess.Popen([sys.executable, '-c', {_LAUNCH_FOREVER!r}], "
+            "preexec_fn=lambda: os.setpgid(0, 0)).wait()\n")
     outer = ("import sys\nfrom swinkit.dist.launch import run_in_session\n"
-             f"sys.exit(run_in_session([sys.executable, '-c', {_LAUNCH_FOREVER!r}], "
-             "grace_s=15))\n")
+             f"sys.exit(run_in_session([sys.executable, '-c', {tool!r}], grace_s=15))\n")
     proc = _sigterm_once_iterating([sys.executable, "-c", outer])
     assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
 

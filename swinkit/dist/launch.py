@@ -203,7 +203,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
 
 def run_in_session(cmd: list[str], cwd=None, grace_s: float = KILL_GRACE_S) -> int:
     """Run ``cmd`` in a session of its own; its exit code. On every way out (it ends, Ctrl-C,
-    SIGTERM, an error) its whole process group is stopped: SIGTERM first, so that a launch
+    SIGTERM, an error) every process of that session is stopped: SIGTERM first, so that a launch
     inside it stops its ranks (their sessions are out of this group's reach), SIGKILL after
     ``grace_s``. For a tool (asv) that starts launches in processes of its own."""
     with sigterm_raises():
@@ -211,7 +211,40 @@ def run_in_session(cmd: list[str], cwd=None, grace_s: float = KILL_GRACE_S) -> i
         try:
             return proc.wait()
         finally:
-            stop_process_group(proc, grace_s=grace_s)
+            stop_session(proc, grace_s=grace_s)
+
+
+def stop_session(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """:func:`stop_process_group` for every process group of the session ``proc`` leads: a
+    tool may put its children in groups of their own (asv starts its fork server with
+    ``setpgid``), and they stay in the session when the leader is gone."""
+    sid = proc.pid
+    for group in session_groups(sid):
+        _signal_group(group, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + grace_s
+    while session_groups(sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for group in session_groups(sid):
+        _signal_group(group, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.wait()
+
+
+def session_groups(sid: int) -> set[int]:
+    """Process groups with a live (not zombie) process in session ``sid``."""
+    import psutil
+    groups = set()
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(p.pid) == sid:
+                groups.add(os.getpgid(p.pid))
+        except (OSError, psutil.Error):
+            continue
+    return groups
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:

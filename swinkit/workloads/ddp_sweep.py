@@ -44,7 +44,8 @@ def with_strong_scaling(weak: Sweep, preset: str, world_sizes=WORLD_SIZES, progr
     """``weak`` plus the strong-scaling runs under keys ``("strong", ws)``: the global batch of
     the largest runnable world size's, divided among the ranks. A world size whose share equals
     the preset's images per rank (the largest runnable one) is the weak run itself, not run
-    twice; the others launch once each (world size 1 with N times the images)."""
+    twice; the others launch once each (world size 1 with N times the images), 6 iterations
+    unless ``iters`` says otherwise: each is N times the work of a weak one."""
     from swinkit.workloads.attribution_run import images_per_rank
     runnable = [ws for ws, reason in plan_world_sizes(world_sizes).items() if not reason] or [1]
     strong_images = images_per_rank(preset, runnable, "strong")
@@ -58,7 +59,7 @@ def with_strong_scaling(weak: Sweep, preset: str, world_sizes=WORLD_SIZES, progr
         else:
             progress(f"  strong scaling at world size {ws}: {strong_images[ws]} images per rank")
             run = ddp_sweep(preset, [ws], scaling="strong", progress=progress,
-                            images={ws: strong_images[ws]}, **kwargs)
+                            images={ws: strong_images[ws]}, **{"iters": 6, **kwargs})
             for key, store in (("results", weak.results), ("failed", weak.failed),
                                ("skipped", weak.skipped)):
                 if ws in getattr(run, key):
