@@ -218,20 +218,7 @@ def stop_session(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     """:func:`stop_process_group` for every process group of the session ``proc`` leads: a
     tool may put its children in groups of their own (asv starts its fork server with
     ``setpgid``), and they stay in the session when the leader is gone."""
-    sid = proc.pid
-    for group in session_groups(sid):
-        _signal_group(group, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + grace_s
-    while session_groups(sid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for group in session_groups(sid):
-        _signal_group(group, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.wait()
+    _stop(proc, lambda: session_groups(proc.pid), grace_s)
 
 
 def session_groups(sid: int) -> set[int]:
@@ -251,16 +238,25 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) ->
     """SIGTERM the process group led by ``proc`` (the agent lets its ranks go), then SIGKILL
     whatever is left after ``grace_s``."""
     pgid = proc.pid
-    if proc.poll() is None:
-        _signal_group(pgid, signal.SIGTERM)
+    _stop(proc, lambda: {pgid} if group_alive(pgid) else set(), grace_s,
+          terminate=proc.poll() is None)
+
+
+def _stop(proc: subprocess.Popen, groups, grace_s: float, terminate: bool = True) -> None:
+    """SIGTERM ``groups()`` (when ``terminate``), give ``proc`` and then the groups ``grace_s``
+    each to end, SIGKILL what is left, reap ``proc``."""
+    if terminate:
+        for group in groups():
+            _signal_group(group, signal.SIGTERM)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
     deadline = time.monotonic() + grace_s
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while groups() and time.monotonic() < deadline:
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
+    for group in groups():
+        _signal_group(group, signal.SIGKILL)
     if proc.poll() is None:
         proc.wait()
 
