@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from swinkit.config import PRESETS, default_data_root, load_config
+from swinkit.library_output import send_library_logs_to_stderr
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -192,6 +193,7 @@ COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
+    send_library_logs_to_stderr()  # stdout carries results (describe --json, the tables)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

@@ -1,5 +1,7 @@
 """The swinkit CLI: describe, train, verify-data, and bad input with exit code 2."""
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +19,16 @@ def test_describe_thesis_json(capsys, tmp_path):
     assert info["crop_size"] == [512, 512] and info["images_per_rank"] == 8
     assert info["forward_gmacs_per_image"] > 100  # SwinV2-B + UperNet at 512x512
     assert info["config_file"].endswith("configs/thesis.py")
+
+
+def test_describe_json_is_the_whole_stdout_in_a_fresh_process(tmp_path):
+    """stdout of ``describe --json`` is JSON and nothing else, even with DeepSpeed installed on
+    a machine without a GPU (its import-time warning went to stdout and broke the JSON)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "swinkit", "describe", "--preset", "test", "--json",
+         "--data-root", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["preset"] == "test"
 
 
 def test_train_prints_iterations(capsys, data_root):

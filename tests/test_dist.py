@@ -138,6 +138,15 @@ def test_validation_holds_under_python_O(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def _sigint_as_at_a_terminal():
+    """Ctrl-C's SIGINT at its default action in the child, as in an interactive shell.
+
+    A job started in the background by a non-interactive shell (``pytest ... &``, some CI
+    runners) inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt handler:
+    the CLI would rightly go on running and this test would fail for its caller's reason."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_orphans):
     out = tmp_path / "r.json"
@@ -145,7 +154,8 @@ def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_o
     proc = subprocess.Popen(
         [sys.executable, "-m", "swinkit", "ddp", "--preset", "test", "--world-size", "2",
          "--iters", "1000", "--data-root", str(data_root), "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 120
     try:  # wait until ranks are iterating: a heartbeat file of a run appears
         while time.monotonic() < deadline:
