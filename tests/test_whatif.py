@@ -9,6 +9,7 @@ import json
 import pytest
 
 from swinkit.attribution.oracle import rank_correlation, simulate
+from swinkit.attribution.overlap import overlap_backward
 from swinkit.attribution.whatif import judge
 from swinkit.workloads.ddp_options import DDPOptions
 from swinkit.workloads.remedies import CATALOGUE, DEFAULT, select
@@ -69,6 +70,68 @@ def test_injected_launch_delay_on_one_rank_delays_every_bucket():
     # at 0.8 -> 0.84; period 0.84 + 0.07 = 0.91.
     out = simulate(_costs([_rank(0, 0.1), _rank(1, 0.2)]), launch_delay_s={1: 0.1})
     assert out["predicted_iter_s"] == pytest.approx(0.91)
+
+
+def _two_ranks_backward(compute_rate, comm_rate):
+    # Two ranks begin backward at 0 for 0.4 s alone; bucket 0 is ready 0.1 s in, bucket 1 at
+    # the end; their all-reduces take 0.2 and 0.1 s alone.
+    ends, comm_free = overlap_backward(
+        {0: 0.0, 1: 0.0}, {0: 0.4, 1: 0.4}, {0: [0.1, 0.4], 1: [0.1, 0.4]}, {0: 0.0, 1: 0.0},
+        [0.2, 0.1], 0.0, compute_rate=compute_rate, comm_rate=comm_rate)
+    assert ends[0] == ends[1] == pytest.approx(comm_free)
+    return comm_free
+
+
+def test_overlap_without_contention_hides_what_fits_in_backward():
+    # bucket 0 runs 0.1-0.3 under backward, bucket 1 0.4-0.5 after it: 0.5 s (serial: 0.7).
+    assert _two_ranks_backward(1.0, 1.0) == pytest.approx(0.5)
+
+
+def test_overlap_at_half_speed_each_is_no_better_than_serial():
+    # Both at half speed while they overlap (a saturated CPU shared by the two): from 0.1
+    # bucket 0 needs 0.4 s of wall time (ends 0.5) while backward does 0.2 s of its work (at
+    # 0.3); then 0.1 s alone to 0.6, bucket 1 alone 0.6-0.7: exactly the serial 0.7 s.
+    assert _two_ranks_backward(0.5, 0.5) == pytest.approx(0.7)
+
+
+def test_overlap_slowing_compute_only():
+    # Compute at 0.8 while an all-reduce runs, the all-reduce unslowed: bucket 0 0.1-0.3,
+    # backward does 0.16 s of work meanwhile (0.26 done), the last 0.14 alone to 0.44, then
+    # bucket 1 0.44-0.54.
+    assert _two_ranks_backward(0.8, 1.0) == pytest.approx(0.54)
+
+
+def test_replay_applies_measured_contention():
+    # The first replay test (0.81 s at no contention) with the all-reduces at half speed under
+    # compute. Bucket 0 is ready on both at 0.5; rank 0 computes until 0.6, rank 1 until 0.7,
+    # so its 0.05 s take 0.1 s: done at 0.6. Bucket 1 is ready at 0.7 (rank 1) when no rank
+    # computes: 0.7-0.74. Period 0.74 + 0.07 = 0.81, unchanged: the overlap had room.
+    costs = _costs([_rank(0, 0.1), _rank(1, 0.2)])
+    costs["contention"] = {"compute_rate": 1.0, "comm_rate": 0.5}
+    assert simulate(costs)["predicted_iter_s"] == pytest.approx(0.81)
+    # Compute at half speed while an all-reduce runs: bucket 0 0.5-0.55 slows both ranks'
+    # backward by 0.025 s; rank 1 ends at 0.725, bucket 1 0.725-0.765; period 0.835.
+    costs["contention"] = {"compute_rate": 0.5, "comm_rate": 1.0}
+    assert simulate(costs)["predicted_iter_s"] == pytest.approx(0.835)
+
+
+def test_contention_rates_outside_0_1_are_refused():
+    with pytest.raises(ValueError, match="compute_rate"):
+        overlap_backward({0: 0.0}, {0: 0.1}, {0: [0.1]}, {0: 0.0}, [0.1], 0.0, compute_rate=0)
+
+
+def test_contention_rates_by_hand():
+    from swinkit.measure.contention import rates
+    # backward: median 0.11 s alone, 0.215 s with all-reduces beside it -> 0.11 / 0.215.
+    # rounds: the first and last (9 s: they straddle the loop's start and end) are dropped;
+    # the median of 0.5, 0.4, 0.6 is 0.5 against 0.25 alone -> 0.5. (Keeping them: 0.6 ->
+    # 0.417; the mean of the kept three is also 0.5, the mean of all five 3.9.)
+    out = rates([0.10, 0.12, 0.11], [0.2, 0.22, 0.21, 0.3], 0.25, [9, 0.5, 0.4, 0.6, 9])
+    assert out["compute_rate"] == pytest.approx(0.11 / 0.215)
+    assert out["comm_rate"] == pytest.approx(0.5)
+    # faster beside the load is noise, not a speed-up: capped at 1; too few rounds: unknown
+    out = rates([0.2], [0.1], 0.25, [9, 0.2, 0.2, 9])
+    assert out["compute_rate"] == 1.0 and out["comm_rate"] is None
 
 
 def test_rank_correlation_by_hand():
@@ -210,6 +273,22 @@ def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
     # the baseline at its smallest world size is the efficiency reference: 1 by definition
     assert rows[("baseline", 1)]["efficiency_before"] == pytest.approx(1.0)
     assert set(out["what_if_rank_correlation"]) == {"1", "2"}
+
+
+@pytest.mark.slow
+def test_components_measure_contention_beside_the_local_loop(no_orphans):
+    """At N=2 the component run times backward with the bucket all-reduces beside it and the
+    all-reduces beside backward; the extra iterations stay out of the local run's results."""
+    from swinkit.workloads.components import costs
+    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=3, warmup=1, local=True))
+    for rank in out["ranks"]:
+        c = rank["contention"]
+        assert len(rank["timeline"]) == 4 and len(rank["loss"]) == 3
+        assert len(c["rounds_loaded_s"]) >= 5 and c["round_alone_s"] > 0
+        assert 0 < c["compute_rate"] <= 1 and 0 < c["comm_rate"] <= 1
+        assert c["round_alone_s"] == pytest.approx(sum(rank["comm"]["bucket_s"]))
+    assert set(costs(out)["contention"]) == {"compute_rate", "comm_rate"}
 
 
 def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():

@@ -11,7 +11,9 @@ Optimization Toolkit for Expediting Distributed DNN Training"):
 * the buffer broadcast before each forward is a barrier: it starts when the last rank arrives;
 * bucket j's all-reduce starts when every rank has it ready (plus any injected launch delay
   on that rank) and the previous collective is done (one collective at a time, in order, as
-  gloo and NCCL run DDP's buckets); it takes its isolated time;
+  gloo and NCCL run DDP's buckets); it takes its isolated time, except that while it overlaps
+  backward the two slow each other at the rates the component run measured
+  (``costs["contention"]``; :mod:`swinkit.attribution.overlap`);
 * a rank's backward returns when its own compute and the last bucket are both done, then
   DDP's finalisation (measured locally) and the optimizer run;
 * with gradient accumulation only the last micro-batch of a step synchronises gradients.
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import statistics
 
+from swinkit.attribution.overlap import overlap_backward
+
 STEPS = 6  # replayed optimizer steps; the period is read from the last two (steady state)
 LOCAL_PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -45,6 +49,8 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
     comm = costs["bucket_comm_s"]
     broadcast = costs["broadcast_s"]
     delay = {r["rank"]: (launch_delay_s or {}).get(r["rank"], 0.0) for r in ranks}
+    rates = {name: (costs.get("contention") or {}).get(name, 1.0)
+             for name in ("compute_rate", "comm_rate")}
     t = {r["rank"]: 0.0 for r in ranks}
     comm_free = 0.0
     step_ends = [0.0]
@@ -64,11 +70,9 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
                 t = dict.fromkeys(t, comm_free)
             forward_end = {r: t[r] + ph[r]["forward"] for r in t}
             if p == k - 1 and comm:  # the synchronising micro-batch
-                for j, seconds in enumerate(comm):
-                    arrive = max(forward_end[r] + _at(ready[r], j, ph[r]["backward"]) + delay[r]
-                                 for r in t)
-                    comm_free = max(arrive, comm_free) + seconds
-                t = {r: max(forward_end[r] + ph[r]["backward"], comm_free) for r in t}
+                t, comm_free = overlap_backward(
+                    forward_end, {r: ph[r]["backward"] for r in t}, ready, delay, comm,
+                    comm_free, **rates)
             else:
                 t = {r: forward_end[r] + ph[r]["backward"] for r in t}
             for r in t:
@@ -83,11 +87,6 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
     per_batch = step / k
     return {"predicted_iter_s": per_batch, "predicted_step_s": step,
             "components_s": {**local, "sync_s": per_batch - sum(local.values())}}
-
-
-def _at(ready: list[float], j: int, backward: float) -> float:
-    """Bucket j's ready offset; a bucket the local run did not see is ready at backward's end."""
-    return ready[j] if j < len(ready) else backward
 
 
 def accuracy(predicted: float, measured: float) -> dict:

@@ -9,7 +9,11 @@ processes at once, the same thread policy, the same loader workers, the same DDP
    process group of one whose comm hook sends nothing (a compression hook still runs its casts,
    PowerSGD its matrix products): data loading, the preprocessor, forward, backward, the
    optimizer and what is left over (``other``), and when each gradient bucket became ready.
-2. **Communication without compute.** Then the same N processes all-reduce tensors of the run's
+2. **The two beside each other.** A few more iterations of that loop with a thread
+   all-reducing the run's own bucket payloads beside it: how much slower backward runs with
+   an all-reduce in flight, and the all-reduces with backward running
+   (:mod:`swinkit.measure.contention`; at N > 1 only).
+3. **Communication without compute.** Then the same N processes all-reduce tensors of the run's
    own bucket sizes (in the hook's dtype, or PowerSGD's factors), one bucket at a time, and
    broadcast the module buffers (DDP's buffer broadcast); the slowest rank's time per bucket.
 
@@ -23,6 +27,8 @@ import torch
 import torch.distributed as dist
 
 from swinkit.attribution.oracle import simulate
+from swinkit.measure.contention import CommLoad, rates
+from swinkit.measure.ddp_hooks import bucket_sizes_bytes
 from swinkit.measure.timeline import phase_durations
 from swinkit.measure.timing import timed
 from swinkit.workloads.ddp import ddp_rank
@@ -32,16 +38,28 @@ COMM_WARMUP = 2
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
 
-def component_rank(rank, comm_scale: float = 1.0, **kwargs) -> dict:
-    """Rank entry: the local training loop (``ddp_rank(local=True)``), then the collectives it
-    left out, timed on the real N-rank group. ``comm_scale``: an injected slower link (each
-    collective moves that many times its bytes)."""
-    kwargs["local"] = True
-    result = ddp_rank(rank, **kwargs)
+def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwargs) -> dict:
+    """Rank entry: the local training loop (``ddp_rank(local=True)``), a few more iterations
+    of it with the collectives it left out running beside it (``contention``: how much the two
+    slow each other, :mod:`swinkit.measure.contention`), then the collectives alone, timed on
+    the real N-rank group. ``comm_scale``: an injected slower link (each collective moves that
+    many times its bytes)."""
     options = kwargs.get("ddp_options") or {}
-    sizes, dtype = bucket_payloads(result, options.get("comm_hook"), options.get("powersgd_rank", 1))
-    sizes = [[int(n * comm_scale) for n in bucket] for bucket in sizes]
     device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def payloads(bucket_sizes_bytes, shapes):
+        sizes, dtype = bucket_payloads(bucket_sizes_bytes, shapes, options.get("comm_hook"),
+                                       options.get("powersgd_rank", 1))
+        return [[int(n * comm_scale) for n in bucket] for bucket in sizes], dtype
+
+    def comm_load(run):
+        shapes = getattr(run.buckets and run.buckets.launcher, "shapes", None)
+        return CommLoad(*payloads(bucket_sizes_bytes(run.ddp), shapes), device)
+
+    kwargs["local"] = True
+    with_load = contention and rank.world_size > 1  # one rank: the 'all-reduce' is a copy
+    result = ddp_rank(rank, comm_load=comm_load if with_load else None, **kwargs)
+    sizes, dtype = payloads(result["bucket_sizes_bytes"], result.get("bucket_shapes"))
     result["comm"] = {
         "bucket_s": time_collectives(sizes, dtype, device, "all_reduce"),
         "broadcast_s": (time_collectives([[result["buffer_bytes"] // 4]], torch.float32, device,
@@ -49,16 +67,21 @@ def component_rank(rank, comm_scale: float = 1.0, **kwargs) -> dict:
                         if options.get("broadcast_buffers", True) and result["buffer_bytes"] else 0.0),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
+    if "contention" in result:
+        loaded = result["contention"]
+        result["contention"] = rates(result["phases"]["backward"], loaded["backward_loaded_s"],
+                                     sum(result["comm"]["bucket_s"]), loaded["rounds_loaded_s"])
     return result
 
 
-def bucket_payloads(result: dict, comm_hook: str | None, powersgd_rank: int):
+def bucket_payloads(bucket_sizes_bytes: list[int], bucket_shapes: dict | None,
+                    comm_hook: str | None, powersgd_rank: int):
     """(element counts of the all-reduces per bucket, dtype) that the run's hook sends."""
-    elems = [b // 4 for b in result["bucket_sizes_bytes"]]  # DDP's buckets hold fp32 gradients
+    elems = [b // 4 for b in bucket_sizes_bytes]  # DDP's buckets hold fp32 gradients
     if comm_hook in ("fp16", "bf16"):
         return [[n] for n in elems], torch.float16 if comm_hook == "fp16" else torch.bfloat16
     if comm_hook == "powersgd":
-        shapes = result.get("bucket_shapes") or {}
+        shapes = bucket_shapes or {}
         return [powersgd_payload(shapes.get(i) or shapes.get(str(i)) or [], powersgd_rank)
                 for i in range(len(elems))], torch.float32
     return [[n] for n in elems], torch.float32
@@ -140,10 +163,23 @@ def costs(run: dict) -> dict:
     warmup, k = run["warmup"], run["grad_accum"]
     comm = run["ranks"][0]["comm"]
     return {"world_size": run["world_size"], "grad_accum": k,
+            "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
             "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
             "comm_dtype": comm["dtype"], "bucket_sizes_bytes": run["bucket_sizes_bytes"],
             "local_iter_s": run["per_batch_s"]}
+
+
+def contention_rates(ranks: list[dict]) -> dict:
+    """The ranks' median of each measured rate (a rate no rank could measure is left out: the
+    oracle then takes 1, no contention)."""
+    out = {}
+    for name in ("compute_rate", "comm_rate"):
+        values = [r["contention"][name] for r in ranks
+                  if (r.get("contention") or {}).get(name) is not None]
+        if values:
+            out[name] = statistics.median(values)
+    return out
 
 
 def predict_run(spec, progress=print) -> dict:
@@ -160,6 +196,7 @@ def predict_run(spec, progress=print) -> dict:
     pred = simulate(costs(comp), delay)
     pred.update(local_iter_s=comp["per_batch_s"], bucket_comm_s=comp["ranks"][0]["comm"]["bucket_s"],
                 broadcast_s=comp["ranks"][0]["comm"]["broadcast_s"],
+                contention=contention_rates(comp["ranks"]),
                 loader_workers=comp["loader_workers"], images_per_rank=comp["images_per_rank"],
                 bucket_sizes_bytes=comp["bucket_sizes_bytes"])
     return pred

@@ -159,7 +159,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
              seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
-             local: bool = False) -> dict:
+             local: bool = False, comm_load=None) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
     Args:
@@ -167,6 +167,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             since on GPU the sampling synchronises inside the step).
         ddp_options: :class:`~swinkit.workloads.ddp_options.DDPOptions` fields.
         local: communicate nothing (see :func:`_setup`); the component measurement.
+        comm_load: with ``local``, ``comm_load(run)`` returns a
+            :class:`~swinkit.measure.contention.CommLoad`; after the measured iterations the
+            loop runs a few more with it all-reducing beside them (``result["contention"]``).
     """
     injection = Injection(**(inject or {}))
     options = DDPOptions.from_dict(ddp_options)
@@ -189,9 +192,38 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             run.stats and run.stats.poll()
             profiler and profiler.step()
         run.starts.append(time.perf_counter())
+        cpu, gpu = run.cpu.stop(), run.nvml.stop() if run.nvml else None
+        load = comm_load(run) if comm_load is not None else None
+        if load is not None:
+            _beside_comm_load(run, rank, load, first=warmup + iters)
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
-    return _result(run, rank, warmup, iters, clocks)
+    result = _result(run, rank, warmup, iters, clocks, cpu, gpu)
+    if load is not None:
+        loaded = run.timeline.resolve()[warmup + iters:]
+        result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
+                                                      for it in loaded],
+                                "rounds_loaded_s": load.rounds}
+    return result
+
+
+def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20) -> None:
+    """Training iterations (communicating nothing) while ``load`` all-reduces beside them,
+    until it has timed enough rounds (at least 3 iterations, at most ``max_iters``)."""
+    from swinkit.measure.contention import MIN_ROUNDS
+
+    dist.barrier()  # every rank's load starts together (the loop's groups are its own)
+    load.start()
+    it = first
+    while load.is_alive():
+        rank.heartbeat(it)
+        _step(run, it)
+        it += 1
+        enough = it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2
+        if enough or it - first >= max_iters:
+            break
+    load.finish()
+    load.join_or_raise(timeout_s=600)
 
 
 def _clock_offsets(rank) -> dict:
@@ -207,11 +239,14 @@ def _clock_offsets(rank) -> dict:
             "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank]}
 
 
-def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict) -> dict:
+def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict, cpu: dict,
+            gpu: dict | None) -> dict:
+    """The measured iterations' results (iterations after ``warmup + iters`` are left out)."""
+    n = warmup + iters
     result = {
         "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
-        "loss": [float(v) for v in run.losses[warmup:]],
-        "cpu": run.cpu.stop(), "gpu": run.nvml.stop() if run.nvml else None,
+        "loss": [float(v) for v in run.losses[warmup:n]],
+        "cpu": cpu, "gpu": gpu,
         "memory": memory.peak_memory(run.cuda, run.memory_baseline),
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
@@ -226,7 +261,7 @@ def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict) -> dict:
     if not run.timeline.enabled:
         result["iteration"] = result["loop_iteration"]
         return result
-    timeline = run.timeline.resolve(clocks["applied_offset_s"])
+    timeline = run.timeline.resolve(clocks["applied_offset_s"])[:n]
     result["clock"]["kind"] = run.timeline.clock.name
     result["timeline"] = timeline
     measured = [phase_durations(it) for it in timeline[warmup:]]

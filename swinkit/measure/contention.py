@@ -1,0 +1,101 @@
+"""How much backward and the gradient all-reduces slow each other when they overlap.
+
+DDP overlaps each bucket's all-reduce with the rest of backward. The isolated components time
+each alone: backward with nothing communicated, the all-reduces with nothing computed. Beside
+each other they share cores (gloo reduces and copies on CPU threads) or SMs and memory
+bandwidth (NCCL's kernels), and both run slower; an oracle that assumes the overlap is free
+predicts too short an iteration exactly when overlap matters.
+
+:class:`CommLoad` all-reduces the run's own bucket payloads round after round on a thread of
+its own while the training loop (communicating nothing) runs a few iterations on the main
+thread, on every rank at once. Then
+
+* ``compute_rate`` = backward alone / backward with the all-reduces beside it (median
+  iterations), and
+* ``comm_rate`` = a round of all-reduces alone / the same round beside backward (median
+  rounds, the first and last dropped: they straddle the loop's start and end);
+
+each capped at 1 (faster under load is noise, not a speed-up). The fluid model in
+:mod:`swinkit.attribution.overlap` applies them while the two overlap.
+
+Every rank's thread must issue the same collectives, so after each round the threads agree
+to go on (an all-reduce of a flag, MIN over ranks) until any rank's loop has finished.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+MIN_ROUNDS = 3  # rounds kept after dropping the first and the last
+
+
+class CommLoad(threading.Thread):
+    """All-reduce ``sizes`` (element counts per bucket, each bucket's collectives back to back)
+    on the default group until every rank has called :meth:`finish`; seconds per round in
+    ``rounds``. On CUDA the collectives go on a stream of this thread, so that waiting for them
+    does not wait for the training loop's kernels."""
+
+    def __init__(self, sizes: list[list[int]], dtype, device: torch.device):
+        super().__init__(name="swinkit-comm-load", daemon=True)
+        self.tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry]
+                        for entry in sizes]
+        self.device = device
+        self.flag = torch.ones(1, dtype=torch.int32, device=device)
+        self.go_on = True
+        self.rounds: list[float] = []
+        self.error: BaseException | None = None
+
+    def finish(self) -> None:
+        """This rank's loop is done: the threads stop after the round in flight."""
+        self.go_on = False
+
+    def run(self) -> None:
+        try:
+            if self.device.type == "cuda":
+                stream = torch.cuda.Stream(self.device)
+                with torch.cuda.stream(stream):
+                    self._loop(stream.synchronize)
+            else:
+                self._loop(None)
+        except BaseException as exc:  # re-raised by the main thread (see ``join_or_raise``)
+            self.error = exc
+
+    def _loop(self, sync) -> None:
+        while True:
+            start = time.perf_counter()
+            for entry in self.tensors:
+                for t in entry:
+                    dist.all_reduce(t)
+            sync and sync()
+            self.rounds.append(time.perf_counter() - start)
+            self.flag.fill_(1 if self.go_on else 0)
+            dist.all_reduce(self.flag, op=dist.ReduceOp.MIN)
+            if int(self.flag.item()) == 0:
+                return
+
+    def join_or_raise(self, timeout_s: float) -> None:
+        self.join(timeout_s)
+        if self.is_alive():
+            raise RuntimeError(f"the all-reduce load thread did not stop within {timeout_s} s")
+        if self.error is not None:
+            raise RuntimeError("the all-reduce load thread failed") from self.error
+
+
+def rates(backward_alone_s: list[float], backward_loaded_s: list[float],
+          round_alone_s: float, rounds_loaded_s: list[float]) -> dict:
+    """``compute_rate`` and ``comm_rate`` (see the module docstring); ``None`` for a rate with
+    too few samples to tell (the oracle then assumes no contention for it)."""
+    kept = rounds_loaded_s[1:-1]
+    compute = (min(1.0, statistics.median(backward_alone_s) / statistics.median(backward_loaded_s))
+               if backward_alone_s and backward_loaded_s else None)
+    comm = (min(1.0, round_alone_s / statistics.median(kept))
+            if len(kept) >= MIN_ROUNDS and round_alone_s > 0 else None)
+    return {"compute_rate": compute, "comm_rate": comm,
+            "backward_alone_s": statistics.median(backward_alone_s) if backward_alone_s else None,
+            "backward_loaded_s": (statistics.median(backward_loaded_s)
+                                  if backward_loaded_s else None),
+            "round_alone_s": round_alone_s, "rounds_loaded_s": rounds_loaded_s}
