@@ -291,6 +291,72 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
     assert set(costs(out)["contention"]) == {"compute_rate", "comm_rate"}
 
 
+def test_paired_schedule_alternates_whole_optimizer_steps():
+    from swinkit.workloads.ddp import schedule
+    # warm-up 2 DDP iterations, then steps of k=2 alternating, 4 iterations of each kind; the
+    # index counts its own kind, so the second micro-batch of each step (odd index) syncs
+    assert schedule(2, 4, 2, paired=True) == [
+        ("ddp", 0), ("ddp", 1), ("ddp", 2), ("ddp", 3), ("local", 0), ("local", 1),
+        ("ddp", 4), ("ddp", 5), ("local", 2), ("local", 3)]
+    assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
+                                              ("local", 1)]
+    assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
+
+
+def test_time_between_end_and_begin_belongs_to_no_iteration():
+    from swinkit.measure.timeline import Timeline, phase_durations
+
+    class Clock:  # reads 0, 1, 2, ... seconds
+        name, t = "fake", -1.0
+
+        def now(self):
+            self.t += 1.0
+            return self.t
+
+        def seconds(self, mark):
+            return mark
+
+        def finish(self):
+            pass
+    tl = Timeline(Clock())
+    tl.begin()             # 0
+    tl.mark("forward")     # 1
+    tl.end()               # 2: other 1 s
+    tl.clock.now()         # 3: a barrier, say: in no iteration
+    tl.clock.now()         # 4
+    tl.begin()             # 5
+    tl.mark("backward")    # 6
+    tl.end()               # 7
+    first, second = (phase_durations(it) for it in tl.resolve())
+    assert (first["forward"], first["other"], sum(first.values())) == (1.0, 1.0, 2.0)
+    assert (second["backward"], second["other"], sum(second.values())) == (1.0, 1.0, 2.0)
+
+
+@pytest.mark.slow
+def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
+    """DDP and local optimizer steps alternate in one launch: the result is the DDP
+    iterations' (their buffer broadcast and real bucket all-reduces), the local ones (no
+    broadcast) come back as a component run the oracle predicts from."""
+    from swinkit.workloads.components import predict_from
+    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True)
+    out = run_ddp(spec)
+    for rank in out["ranks"]:
+        assert len(rank["timeline"]) == 6 and len(rank["loss"]) == 4
+        assert len(rank["local"]["timeline"]) == 4 and len(rank["local"]["iteration"]) == 4
+        names = [[c["name"] for c in it["collectives"]] for it in rank["timeline"]]
+        local_names = [[c["name"] for c in it["collectives"]] for it in rank["local"]["timeline"]]
+        assert all("buffers" in n for n in names)             # the test preset has BN buffers
+        assert not any("buffers" in n for n in local_names)   # communication left out
+        assert all(any(x.startswith("bucket") for x in n) for n in local_names)
+        assert 0 < rank["contention"]["compute_rate"] <= 1
+    assert out["local_run"]["warmup"] == 0 and len(out["local_run"]["ranks"]) == 2
+    pred = predict_from(out["local_run"], spec)
+    assert pred["predicted_iter_s"] > 0 and pred["contention"]
+    with pytest.raises(ValueError, match="paired"):
+        DDPRunSpec(preset="test", local=True, paired=True).validate()
+
+
 def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():
     """Rank 0 loads in 0.1, 0.3, 0.1, ... s and rank 1 in 0.3, 0.1, 0.3, ...: each has a median
     of 0.2, but in every iteration one of them is 0.3 late and the other waits for it. Replayed

@@ -121,6 +121,7 @@ class Timeline:
     def __init__(self, clock):
         self.clock = clock
         self.iterations: list[IterationRecord] = []
+        self._open = False  # the last iteration's tail still runs (closed by begin or end)
 
     @property
     def enabled(self) -> bool:
@@ -132,17 +133,20 @@ class Timeline:
 
     def begin(self) -> None:
         mark = self.clock.now()
-        if self.iterations:
+        if self._open:
             self.current.marks.append(("other", mark))
         self.iterations.append(IterationRecord(marks=[("start", mark)]))
+        self._open = True
 
     def mark(self, phase: str, mark=None) -> None:
         """Close ``phase`` now, or at a mark taken earlier (e.g. by a hook)."""
         self.current.marks.append((phase, self.clock.now() if mark is None else mark))
 
     def end(self) -> None:
-        """Close the last iteration's tail."""
-        self.current.marks.append(("other", self.clock.now()))
+        """Close the last iteration's tail: until the next ``begin``, time belongs to none."""
+        if self._open:
+            self.current.marks.append(("other", self.clock.now()))
+        self._open = False
 
     def collective(self, name: str, blocking: bool, nbytes: int = 0, **marks) -> Collective:
         record = Collective(name, blocking, nbytes=nbytes, **marks)

@@ -15,7 +15,7 @@ from swinkit.checks import check_int
 from swinkit.config import load_config
 from swinkit.dist import LaunchConfig, launch
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-from swinkit.workloads.components import predict_run
+from swinkit.workloads.components import predict_from
 from swinkit.workloads.inject import Injection
 from swinkit.workloads.sweep import oversubscribe_allowed
 
@@ -42,10 +42,10 @@ def images_per_rank(preset: str, world_sizes, scaling: str) -> dict[int, int]:
 
 def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: int = 3,
              repeats: int = 3, scaling: str = "weak", progress=print) -> Inputs:
-    """Measure now: the DDP iteration per world size, ``repeats`` times with the world sizes
-    interleaved (1, 2, 1, 2, ...) so that a slow drift of a shared machine hits each alike and
-    the lost time carries its launch-to-launch spread; then each component under the same
-    co-location, and the oracle's prediction from them."""
+    """Measure now: the DDP iteration per world size, ``repeats`` launches with the world
+    sizes interleaved (1, 2, 1, 2, ...) so that a slow drift of a shared machine hits each
+    alike and the lost time carries its launch-to-launch spread; each launch also measures the
+    components of its own DDP run (paired), and the oracle predicts it from them."""
     check_int("repeats", repeats, 1)
     images = images_per_rank(preset, world_sizes, scaling)
     injection = injection or Injection()
@@ -54,18 +54,20 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
              for ws in world_sizes if injection.active and not injection.for_world_size(ws).active]
     runs: dict[int, list[dict]] = {ws: [] for ws in world_sizes}
     predictions: dict[int, list[dict]] = {ws: [] for ws in world_sizes}
-    # The components are measured in the same rounds as the DDP runs they predict, so a drift
-    # of a shared machine reaches the prediction and the measurement alike.
+    # The components are measured in the launch of the DDP run they predict (a paired run:
+    # DDP and local optimizer steps alternating in the same processes), so whatever makes one
+    # launch of a shared machine slower than another reaches the prediction and the
+    # measurement alike. Separate launches differed by up to 10 % here, in both directions.
     for k in range(repeats):
         for ws in world_sizes:
             lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
             spec = _spec(preset, ws, iters, warmup, lc, injection, images[ws])
-            progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP iteration "
-                     f"({warmup} + {iters} iterations)")
-            runs[ws].append(run_ddp(spec, progress=progress))
-            progress(f"[launch {k + 1}/{repeats}, world size {ws}] components under the same "
-                     "co-location: the loop with nothing communicated, then its collectives")
-            predictions[ws].append(predict_run(spec, progress=progress))
+            progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP iterations and their "
+                     f"components, alternating ({warmup} + {iters} of each), then the "
+                     "collectives alone and beside the loop")
+            run = run_ddp(spec, progress=progress)
+            runs[ws].append(run)
+            predictions[ws].append(predict_from(run["local_run"], spec))
     measured = {ws: _measured(ws, rs) for ws, rs in runs.items()}
     extra = {ws: {"backend": rs[0]["backend"], "device": rs[0]["device"]} for ws, rs in runs.items()}
     predicted = {ws: _median_prediction(ps) for ws, ps in predictions.items()}
@@ -103,7 +105,7 @@ def _median_prediction(predictions: list[dict]) -> dict:
 def _spec(preset, ws, iters, warmup, lc, injection, images: int) -> DDPRunSpec:
     return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
                       injection=injection.for_world_size(ws),
-                      overrides={"images_per_rank": images})
+                      overrides={"images_per_rank": images}, paired=True)
 
 
 def _measured(world_size: int, runs: list[dict]) -> Measured:

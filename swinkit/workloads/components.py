@@ -56,7 +56,7 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         shapes = getattr(run.buckets and run.buckets.launcher, "shapes", None)
         return CommLoad(*payloads(bucket_sizes_bytes(run.ddp), shapes), device)
 
-    kwargs["local"] = True
+    kwargs["local"] = not kwargs.get("paired")
     with_load = contention and rank.world_size > 1  # one rank: the 'all-reduce' is a copy
     result = ddp_rank(rank, comm_load=comm_load if with_load else None, **kwargs)
     sizes, dtype = payloads(result["bucket_sizes_bytes"], result.get("bucket_shapes"))
@@ -189,7 +189,12 @@ def predict_run(spec, progress=print) -> dict:
 
     from swinkit.workloads.ddp_run import run_ddp
 
-    comp = run_ddp(replace(spec, local=True), progress=progress)
+    return predict_from(run_ddp(replace(spec, local=True), progress=progress), spec)
+
+
+def predict_from(comp: dict, spec) -> dict:
+    """The oracle's prediction of ``spec`` from a component run: a ``local`` run's result, or
+    a paired run's ``local_run``."""
     injection = spec.injection
     delay = ({r: injection.comm_ms / 1e3 for r in range(spec.world_size)
               if injection.applies_to(r)} if injection.comm_ms > 0 else {})

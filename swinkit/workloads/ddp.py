@@ -68,9 +68,11 @@ class RankRun:
 
 
 def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
-           bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool) -> RankRun:
+           bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool,
+           paired: bool = False) -> RankRun:
     """``local``: DDP over this rank alone with a hook that communicates nothing (the component
-    measurement: DDP's bucketing, hooks and buffers without the collectives)."""
+    measurement: DDP's bucketing, hooks and buffers without the collectives). ``paired``: DDP
+    over every rank whose hook can be switched to the local one (:class:`Switch`)."""
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
@@ -84,7 +86,9 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     model = build_segmentor(cfg).to(dev)
     add_compute_delay(model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.
-    alone = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank] if local else None
+    singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
+                 if local or paired else None)
+    alone = singleton if local else None
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None,
                                   process_group=alone, **options.ddp_kwargs())
     timeline = Timeline(make_clock(cuda, enabled=not bare))
@@ -94,6 +98,10 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
                 if local else comm_launcher(injection, rank.rank, cuda))
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
+    if paired:
+        launcher = Switch(launcher or ddp_hooks.plain_launch, singleton, ddp_hooks.hook_launcher(
+            options.comm_hook, options.powersgd_rank, singleton, local=True))
+        ddp_timers = False  # DDP's running averages would mix both kinds of iteration
     buckets = None
     if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
         buckets = ddp_hooks.BucketRecorder(timeline, process_group=alone,
@@ -125,7 +133,7 @@ def _step(run: RankRun, it: int) -> None:
         run.skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
     data = run.model.data_preprocessor(batch, training=True)
     tl.mark("data_wait")
-    if run.buffers:
+    if run.buffers and run.ddp.broadcast_buffers:
         run.buffers.start(tl.current.marks[-1][1])  # arrival at the buffer broadcast
     with contextlib.nullcontext() if sync else run.ddp.no_sync():
         loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
@@ -145,6 +153,43 @@ def _step(run: RankRun, it: int) -> None:
     run.losses.append(loss.detach())
 
 
+class Switch:
+    """A launcher that either communicates (``real``) or runs the local one over this rank's
+    group of one, as the component measurement does: one DDP model measured both ways in one
+    launch (``paired``), so that whatever makes one launch faster than another (where its
+    memory and threads landed, what else the machine ran then) reaches both alike."""
+
+    def __init__(self, real, alone, local_launcher):
+        self.real, self.alone, self.local_launcher = real, alone, local_launcher
+        self.local = False
+        self.shapes = getattr(local_launcher, "shapes", None)  # PowerSGD's, for its payloads
+
+    def use(self, run: RankRun, local: bool) -> None:
+        self.local = local
+        # the buffer broadcast is communication too: the local iterations leave it out
+        run.ddp.broadcast_buffers = run.options.broadcast_buffers and not local
+
+    def __call__(self, bucket, group, record, clock):
+        if self.local:
+            return self.local_launcher(bucket, self.alone, record, clock)
+        return self.real(bucket, group, record, clock)
+
+
+def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:
+    """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
+    iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
+    (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind;
+    the index counts iterations of its kind (it decides which micro-batch synchronises)."""
+    if not paired:
+        return [("main", i) for i in range(warmup + iters)]
+    out = [("ddp", i) for i in range(warmup)]
+    for step in range(iters // grad_accum):
+        first = step * grad_accum
+        out += [("ddp", warmup + first + p) for p in range(grad_accum)]
+        out += [("local", first + p) for p in range(grad_accum)]
+    return out
+
+
 def _trace_context(trace_dir, rank, warmup, iters):
     if not trace_dir:
         return None
@@ -159,7 +204,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
              seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
-             local: bool = False, comm_load=None) -> dict:
+             local: bool = False, comm_load=None, paired: bool = False) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
     Args:
@@ -170,23 +215,36 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         comm_load: with ``local``, ``comm_load(run)`` returns a
             :class:`~swinkit.measure.contention.CommLoad`; after the measured iterations the
             loop runs a few more with it all-reducing beside them (``result["contention"]``).
+        paired: after ``warmup``, alternate optimizer steps of DDP and local iterations
+            (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
+            local ones in ``result["local"]`` (timeline, iteration, loss).
     """
+    if local and paired:
+        raise ValueError("local and paired exclude each other")
     injection = Injection(**(inject or {}))
     options = DDPOptions.from_dict(ddp_options)
     run = _setup(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
-                 ddp_timers, options, local)
+                 ddp_timers, options, local, paired)
     clocks = _clock_offsets(rank)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
+    order = schedule(warmup, iters, options.grad_accum, paired)
+    switch = run.buckets.launcher if paired else None
     with out_of_memory_named(rank.rank, run.cfg):
-        for it in range(warmup + iters):
-            if it == warmup:
+        for n, (kind, it) in enumerate(order):
+            if n == warmup:
                 memory.reset_device_peak(run.cuda)
                 run.cpu.start()
                 run.nvml and run.nvml.start()
-            rank.heartbeat(it)  # a small file write: lands in the previous iteration's tail
+            rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
             GATE.on = injection.on_iteration(it)
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
+            if switch and kind == "ddp" and n and order[n - 1][0] == "local":
+                # the ranks leave their local steps at different times: line them up outside
+                # any iteration, or the DDP step would wait for a skew no DDP run has
+                run.timeline.end()
+                dist.barrier()
+            switch and switch.use(run, local=kind == "local")
             run.starts.append(time.perf_counter())
             _step(run, it)
             run.stats and run.stats.poll()
@@ -195,14 +253,22 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         cpu, gpu = run.cpu.stop(), run.nvml.stop() if run.nvml else None
         load = comm_load(run) if comm_load is not None else None
         if load is not None:
-            _beside_comm_load(run, rank, load, first=warmup + iters)
+            switch and switch.use(run, local=True)
+            _beside_comm_load(run, rank, load, first=len(order))
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
-    result = _result(run, rank, warmup, iters, clocks, cpu, gpu)
+    main = [n for n, (kind, _) in enumerate(order) if kind != "local"]
+    result = _result(run, rank, main, warmup, clocks, cpu, gpu)
+    resolved = run.timeline.resolve() if run.timeline.enabled else []
+    if paired:
+        local_its = [n for n, (kind, _) in enumerate(order) if kind == "local"]
+        result["local"] = {"timeline": [resolved[n] for n in local_its],
+                           "iteration": [sum(phase_durations(resolved[n]).values())
+                                         for n in local_its],
+                           "loss": [float(run.losses[n]) for n in local_its]}
     if load is not None:
-        loaded = run.timeline.resolve()[warmup + iters:]
         result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
-                                                      for it in loaded],
+                                                      for it in resolved[len(order):]],
                                 "rounds_loaded_s": load.rounds}
     return result
 
@@ -239,13 +305,14 @@ def _clock_offsets(rank) -> dict:
             "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank]}
 
 
-def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict, cpu: dict,
+def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict, cpu: dict,
             gpu: dict | None) -> dict:
-    """The measured iterations' results (iterations after ``warmup + iters`` are left out)."""
-    n = warmup + iters
+    """The results of the iterations run at ``positions`` (the first ``warmup`` of them are the
+    warm-up); the others (local ones of a paired run, the contention loop's) are left out."""
+    kept = positions[warmup:]
     result = {
         "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
-        "loss": [float(v) for v in run.losses[warmup:n]],
+        "loss": [float(run.losses[n]) for n in kept],
         "cpu": cpu, "gpu": gpu,
         "memory": memory.peak_memory(run.cuda, run.memory_baseline),
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
@@ -253,20 +320,21 @@ def _result(run: RankRun, rank, warmup: int, iters: int, clocks: dict, cpu: dict
         "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
         "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
         "skipped_samples": run.skipped, "warmup": warmup, "clock": clocks,
-        "injected": run.injected[warmup:],
+        "injected": [run.injected[n] for n in kept],
     }
     # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
     # an independent check of the timeline's iteration times.
-    result["loop_iteration"] = [b - a for a, b in zip(run.starts[warmup:], run.starts[warmup + 1:])]
+    result["loop_iteration"] = [run.starts[n + 1] - run.starts[n] for n in kept]
     if not run.timeline.enabled:
         result["iteration"] = result["loop_iteration"]
         return result
-    timeline = run.timeline.resolve(clocks["applied_offset_s"])[:n]
+    resolved = run.timeline.resolve(clocks["applied_offset_s"])
+    timeline = [resolved[n] for n in positions]
     result["clock"]["kind"] = run.timeline.clock.name
     result["timeline"] = timeline
     measured = [phase_durations(it) for it in timeline[warmup:]]
     result["iteration"] = [sum(p.values()) for p in measured]
     result["phases"] = {p: [m[p] for m in measured] for p in PHASES}
-    result["ddp_timers"] = ([run.stats.per_iteration.get(i) for i in range(warmup, warmup + iters)]
+    result["ddp_timers"] = ([run.stats.per_iteration.get(n) for n in kept]
                             if run.stats else None)
     return result

@@ -40,6 +40,9 @@ class DDPRunSpec:
     ddp_timers: bool | None = None   # DDP's reducer timers (default: CPU only; they sync on GPU)
     ddp: DDPOptions = field(default_factory=DDPOptions)
     local: bool = False              # communicate nothing: the component measurement
+    # DDP and local iterations alternating in one launch: the run and its components measured
+    # together (``out["local_run"]`` holds the components; see swinkit.workloads.ddp.schedule)
+    paired: bool = False
 
     def launch_config(self) -> LaunchConfig:
         return self.launch or LaunchConfig(world_size=self.world_size)
@@ -48,6 +51,12 @@ class DDPRunSpec:
         """Everything checkable before a process starts; ValueError names field and value."""
         check_int("iters", self.iters, 1)
         check_int("warmup", self.warmup, 0)
+        if self.local and self.paired:
+            raise ValueError("local and paired exclude each other (paired runs local "
+                             "iterations beside the DDP ones)")
+        if self.paired and self.bare:
+            raise ValueError("paired needs the timeline (it is the components' measurement); "
+                             "bare has none")
         if self.workers is not None:
             check_int("workers", self.workers, 0)
         self.ddp.validate()
@@ -84,9 +93,11 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   overrides=dict(spec.overrides), device=cfg.device,
                   trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
                   ddp_options=spec.ddp.to_dict(), local=spec.local)
-    if spec.local:
-        kwargs["comm_scale"] = spec.injection.comm_scale
-    run = launch(COMPONENT_ENTRY if spec.local else ENTRY, kwargs, lc, run_dir=run_dir, quiet=quiet)
+    components = spec.local or spec.paired
+    if components:
+        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
+    run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
+                 quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
         return None
     ranks = run.result["ranks"]
@@ -119,7 +130,20 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     annotate(timelines)  # sync_wait / transfer on every blocking collective, for the trace
     out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
     out["clock"] = _clock_summary(ranks)
+    if spec.paired:
+        out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
     return out
+
+
+def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
+    """A paired run's local iterations in the shape of a ``local`` run's result (what
+    :func:`swinkit.workloads.components.costs` reads): no warm-up, the DDP ones warmed up."""
+    local_ranks = [{**{k: r[k] for k in ("rank", "comm", "contention") if k in r},
+                    **r["local"]} for r in ranks]
+    return {"world_size": out["world_size"], "warmup": 0, "grad_accum": grad_accum,
+            "ranks": local_ranks, "bucket_sizes_bytes": out["bucket_sizes_bytes"],
+            "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
+            **step_times(local_ranks, grad_accum)}
 
 
 def step_times(ranks: list[dict], grad_accum: int) -> dict:
