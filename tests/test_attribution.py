@@ -225,6 +225,24 @@ def _asv_result(tmp_path, model_presets, ddp_preset):
     return tmp_path / "results"
 
 
+def test_paired_launches_hold_each_prediction_to_its_own_run():
+    # Two launches at N=2: 1.0 s and 1.2 s measured, predicted 1.01 and 1.19 from their own
+    # components: errors +1 % and -0.83 %. Crossing them (each launch's run against the one
+    # prediction reported, 1.01 or 1.19) would give +1 % and -15.8 %, a tenfold wider range.
+    base = Measured(1, 1.0, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.0])
+    run = Measured(2, 1.1, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.2])
+    preds = {ws: {"predicted_iter_s": p, "components_s": {},
+                  "launch_predicted_iter_s": launches}
+             for ws, p, launches in ((1, 1.0, [1.0, 1.0]), (2, 1.01, [1.01, 1.19]))}
+    row = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))["runs"][1]
+    assert row["launch_prediction_error"] == pytest.approx([0.01, 1.19 / 1.2 - 1])
+    assert row["prediction_error_interval"] == pytest.approx([1.19 / 1.2 - 1, 0.01])
+    # without per-launch predictions the one prediction is held to every launch
+    del preds[2]["launch_predicted_iter_s"]
+    row = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))["runs"][1]
+    assert row["launch_prediction_error"] == pytest.approx([0.01, 1.01 / 1.2 - 1])
+
+
 def test_prediction_uses_the_ddp_runs_preset_or_none(tmp_path):
     """The model benchmark measured presets cpu (listed first) and test; the DDP run was test:
     the prediction must use test's forward, 0.2 s, not cpu's 2.0 s."""

@@ -33,7 +33,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
     p.add_argument("--preset", default="cpu")
     p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
-    p.add_argument("--iters", type=int, default=10, help="with --run: measured iterations")
+    p.add_argument("--iters", type=int, default=None,
+                   help="with --run: measured iterations per launch (default: the preset's "
+                        "measured_iters, 10 for the real presets, 30 for test)")
     p.add_argument("--repeats", type=int, default=3,
                    help="with --run: launches per world size, interleaved (default 3): the lost "
                         "time's noise floor and intervals come from their spread")
@@ -102,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.report.text import text_report
     from swinkit.workloads.inject import parse_injection
 
+    if args.run and args.iters is None:  # the preset says how many its iteration time needs
+        try:
+            from swinkit.config import load_config
+            args.iters = int(getattr(load_config(args.preset), "measured_iters", 10))
+        except ValueError as exc:
+            return _failed(exc)
     if args.engine:
         return _engines(args)
     if args.grad_accum is not None:

@@ -19,12 +19,18 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
             row.update(predicted_iter_s=None, prediction_error=None, accuracy_pct=None)
             continue
         pred = pred or predict(iso)
-        per_launch = [prediction_error(pred["predicted_iter_s"], t)["prediction_error"]
-                      for t in row["launch_iter_s"]]
+        launch_preds = pred.get("launch_predicted_iter_s") or []
+        if len(launch_preds) == len(row["launch_iter_s"]):
+            # paired launches: each predicted from its own components, held to its own run
+            pairs = list(zip(launch_preds, row["launch_iter_s"]))
+        else:
+            pairs = [(pred["predicted_iter_s"], t) for t in row["launch_iter_s"]]
+        per_launch = [prediction_error(p, t)["prediction_error"] for p, t in pairs]
         row.update(predicted_iter_s=pred["predicted_iter_s"],
                    predicted_components_s=pred["components_s"],
                    prediction_error_interval=[min(per_launch), max(per_launch)]
                    if len(per_launch) >= 2 else None,
+                   launch_prediction_error=per_launch,
                    **prediction_error(pred["predicted_iter_s"], row["iter_s"]))
     notes = []
     if 1 not in inputs.measured:

@@ -37,8 +37,17 @@ def text_report(r: dict) -> str:
             + f"{row.get('residual_s', 0.0):>+10.4f}")
     lines += _verdicts(r)
     if r.get("prediction_accuracy_pct") is not None:
+        per_ws = ", ".join(f"N={row['world_size']}: {row['accuracy_pct']:.1f} %"
+                           for row in r["runs"] if row.get("accuracy_pct") is not None)
         lines += ["", f"prediction from components: {r['prediction_accuracy_pct']:.1f} % "
-                      "accurate on average (Kahira et al.'s oracle: 97.57 % for data parallelism)"]
+                      f"accurate on average ({per_ws}; accuracy = 100 % x (1 - |predicted - "
+                      "measured| / measured), medians; Kahira et al.'s oracle: 97.57 % for data "
+                      "parallelism)"]
+        spread = [f"N={row['world_size']}: {100 * min(map(abs, row['launch_prediction_error'])):.1f}"
+                  f"-{100 * max(map(abs, row['launch_prediction_error'])):.1f} %"
+                  for row in r["runs"] if len(row.get("launch_prediction_error") or []) > 1]
+        if spread:
+            lines.append(f"  error of each launch's prediction: {', '.join(spread)}")
     head = r.get("loader_headroom")
     if head and head["per_world_size"]:
         parts = ", ".join(f"N={ws}: {v['headroom']:.2f}" for ws, v in head["per_world_size"].items())

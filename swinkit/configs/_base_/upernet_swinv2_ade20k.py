@@ -13,6 +13,9 @@ num_classes = 150
 device = 'cuda'
 base_iters = 160000          # thesis Table 3: 160K iterations at 1 GPU, 160K/N at N GPUs
 warmup_iters = 1500
+# Measured iterations per launch for tools/attribute.py --run (its --iters default): enough
+# that each launch's median iteration holds still (see the presets that override it).
+measured_iters = 10
 data_root = ''
 skip_bad_samples = 0         # >0: replace up to this many bad samples in a row, and record them
 
