@@ -22,6 +22,7 @@ processes at once, the same thread policy, the same loader workers, the same DDP
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,6 +36,7 @@ from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
 COMM_WARMUP = 2
+EVICT_BYTES = 64 << 20  # swept before a cold collective: more than a server CPU's last-level cache
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
 
@@ -60,17 +62,22 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
     with_load = contention and rank.world_size > 1  # one rank: the 'all-reduce' is a copy
     result = ddp_rank(rank, comm_load=comm_load if with_load else None, **kwargs)
     sizes, dtype = payloads(result["bucket_sizes_bytes"], result.get("bucket_shapes"))
+    broadcast = options.get("broadcast_buffers", True) and result["buffer_bytes"]
     result["comm"] = {
-        "bucket_s": time_collectives(sizes, dtype, device, "all_reduce"),
+        # cold: as DDP meets them, right after compute (the replay's durations); hot: back
+        # to back (the reference of the contention rate, whose load runs back to back)
+        "bucket_s": time_collectives(sizes, dtype, device, "all_reduce", cold=True),
+        "bucket_hot_s": time_collectives(sizes, dtype, device, "all_reduce"),
         "broadcast_s": (time_collectives([[result["buffer_bytes"] // 4]], torch.float32, device,
-                                         "broadcast")[0]
-                        if options.get("broadcast_buffers", True) and result["buffer_bytes"] else 0.0),
+                                         "broadcast", cold=True)[0] if broadcast else 0.0),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
     if "contention" in result:
         loaded = result["contention"]
-        result["contention"] = rates(result["phases"]["backward"], loaded["backward_loaded_s"],
-                                     sum(result["comm"]["bucket_s"]), loaded["rounds_loaded_s"])
+        alone = ([phase_durations(it)["backward"] for it in result["local"]["timeline"]]
+                 if "local" in result else result["phases"]["backward"])  # paired: its local steps
+        result["contention"] = rates(alone, loaded["backward_loaded_s"],
+                                     sum(result["comm"]["bucket_hot_s"]), loaded["rounds_loaded_s"])
     return result
 
 
@@ -108,22 +115,62 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
     return [n for n in (uncompressed, p, q) if n]
 
 
-def time_collectives(sizes: list[list[int]], dtype, device, op: str) -> list[float]:
+def time_collectives(sizes: list[list[int]], dtype, device, op: str,
+                     cold: bool = False) -> list[float]:
     """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
-    slowest rank's, after a barrier per round."""
+    slowest rank's.
+
+    Hot (default): after a barrier per round, the entries back to back. ``cold``: each entry
+    as DDP meets it, after compute: on CPU every rank first sweeps a buffer larger than the
+    caches (the backward pass has just done so) and its communication threads have idled, and
+    the time counts from the last rank's arrival (the ranks' skew is not the collective's).
+    Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
+    after 10 ms of compute or a 64 MB sweep."""
     tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
     run = dist.all_reduce if op == "all_reduce" else (lambda t: dist.broadcast(t, src=0))
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
+        cold and device.type == "cpu") else None
+    one_host = cold and _one_host()
     rounds = []
     for _ in range(COMM_WARMUP + COMM_REPS):
-        dist.barrier()
-        sync = torch.cuda.synchronize if device.type == "cuda" else None
-        times = [timed(lambda entry=entry: [run(t) for t in entry], 1, sync=sync)[0]
-                 for entry in tensors]
+        if not cold:
+            dist.barrier()
+            times = [timed(lambda entry=entry: [run(t) for t in entry], 1, sync=sync)[0]
+                     for entry in tensors]
+        else:
+            times = [_cold_once(entry, run, sync, sweep, device, one_host) for entry in tensors]
         slowest = torch.tensor(times, dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         rounds.append(slowest.tolist())
     rounds = rounds[COMM_WARMUP:]
     return [statistics.median(r[j] for r in rounds) for j in range(len(sizes))]
+
+
+def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
+    """One entry after a barrier and a cache sweep: seconds from the last rank's arrival (one
+    host's processes share the monotonic clock; across hosts the skew stays in)."""
+    dist.barrier()
+    if sweep is not None:
+        sweep[1].copy_(sweep[0])
+    sync and sync()
+    arrive = time.perf_counter()
+    for t in entry:
+        run(t)
+    sync and sync()
+    done = time.perf_counter()
+    arrivals = torch.tensor([arrive], dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(arrivals) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, arrivals)
+    last = max(float(a) for a in gathered)
+    return done - last if one_host else done - arrive
+
+
+def _one_host() -> bool:
+    import socket
+    names = [None] * dist.get_world_size()
+    dist.all_gather_object(names, socket.gethostname())
+    return len(set(names)) == 1
 
 
 def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:
