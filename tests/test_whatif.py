@@ -338,7 +338,9 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     """DDP and local optimizer steps alternate in one launch: the result is the DDP
     iterations' (their buffer broadcast and real bucket all-reduces), the local ones (no
     broadcast) come back as a component run the oracle predicts from."""
-    from swinkit.workloads.components import predict_from
+    import torch
+
+    from swinkit.workloads.components import module_buffers, predict_from
     from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
     spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True)
     out = run_ddp(spec)
@@ -351,6 +353,11 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
         assert not any("buffers" in n for n in local_names)   # communication left out
         assert all(any(x.startswith("bucket") for x in n) for n in local_names)
         assert 0 < rank["contention"]["compute_rate"] <= 1
+        # the broadcast is timed on tensors shaped as the module's buffers, all of its bytes
+        buffers = module_buffers(rank, torch.device("cpu"))
+        assert sum(b.numel() * b.element_size() for b in buffers) == rank["buffer_bytes"]
+        assert {b.dtype for b in buffers} == {torch.float32, torch.int64}  # BN stats, counters
+        assert rank["comm"]["broadcast_s"] > 0
     assert out["local_run"]["warmup"] == 0 and len(out["local_run"]["ranks"]) == 2
     pred = predict_from(out["local_run"], spec)
     assert pred["predicted_iter_s"] > 0 and pred["contention"]

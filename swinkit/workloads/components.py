@@ -36,6 +36,7 @@ from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
 COMM_WARMUP = 2
+DDP_BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024  # DDP's broadcast_bucket_size
 EVICT_BYTES = 64 << 20  # swept before a cold collective: more than a server CPU's last-level cache
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
@@ -68,8 +69,9 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         # to back (the reference of the contention rate, whose load runs back to back)
         "bucket_s": time_collectives(sizes, dtype, device, "all_reduce", cold=True),
         "bucket_hot_s": time_collectives(sizes, dtype, device, "all_reduce"),
-        "broadcast_s": (time_collectives([[result["buffer_bytes"] // 4]], torch.float32, device,
-                                         "broadcast", cold=True)[0] if broadcast else 0.0),
+        "broadcast_s": (time_collectives([], None, device, "broadcast_coalesced", cold=True,
+                                         tensors=[module_buffers(result, device)])[0]
+                        if broadcast else 0.0),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
     if "contention" in result:
@@ -79,6 +81,13 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         result["contention"] = rates(alone, loaded["backward_loaded_s"],
                                      sum(result["comm"]["bucket_hot_s"]), loaded["rounds_loaded_s"])
     return result
+
+
+def module_buffers(result: dict, device) -> list[torch.Tensor]:
+    """Zeros shaped as the module's buffers (BN statistics, counters): what DDP broadcasts
+    before every forward, many small tensors packed into one message and unpacked after."""
+    return [torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+            for shape, dtype in result["buffer_shapes"]]
 
 
 def bucket_payloads(bucket_sizes_bytes: list[int], bucket_shapes: dict | None,
@@ -115,10 +124,12 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
     return [n for n in (uncompressed, p, q) if n]
 
 
-def time_collectives(sizes: list[list[int]], dtype, device, op: str,
-                     cold: bool = False) -> list[float]:
+def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
+                     tensors: list[list[torch.Tensor]] | None = None) -> list[float]:
     """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
-    slowest rank's.
+    slowest rank's. ``tensors``: the entries themselves, instead of zeros of ``sizes``. ``op``:
+    "all_reduce", "broadcast", or "broadcast_coalesced" (an entry's tensors in one call, packed
+    and unpacked, as DDP broadcasts the module's buffers).
 
     Hot (default): after a barrier per round, the entries back to back. ``cold``: each entry
     as DDP meets it, after compute: on CPU every rank first sweeps a buffer larger than the
@@ -126,8 +137,9 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str,
     the time counts from the last rank's arrival (the ranks' skew is not the collective's).
     Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
     after 10 ms of compute or a 64 MB sweep."""
-    tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
-    run = dist.all_reduce if op == "all_reduce" else (lambda t: dist.broadcast(t, src=0))
+    if tensors is None:
+        tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
+    run = _entry_runner(op)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
         cold and device.type == "cpu") else None
@@ -136,15 +148,25 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str,
     for _ in range(COMM_WARMUP + COMM_REPS):
         if not cold:
             dist.barrier()
-            times = [timed(lambda entry=entry: [run(t) for t in entry], 1, sync=sync)[0]
-                     for entry in tensors]
+            times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
         else:
             times = [_cold_once(entry, run, sync, sweep, device, one_host) for entry in tensors]
         slowest = torch.tensor(times, dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         rounds.append(slowest.tolist())
     rounds = rounds[COMM_WARMUP:]
-    return [statistics.median(r[j] for r in rounds) for j in range(len(sizes))]
+    return [statistics.median(r[j] for r in rounds) for j in range(len(tensors))]
+
+
+def _entry_runner(op: str):
+    if op == "all_reduce":
+        return lambda entry: [dist.all_reduce(t) for t in entry]
+    if op == "broadcast":
+        return lambda entry: [dist.broadcast(t, src=0) for t in entry]
+    if op == "broadcast_coalesced":
+        return lambda entry: dist._broadcast_coalesced(dist.group.WORLD, entry,
+                                                       DDP_BROADCAST_BUCKET_BYTES, 0)
+    raise ValueError(f"unknown collective {op!r}")
 
 
 def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
@@ -155,8 +177,7 @@ def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
         sweep[1].copy_(sweep[0])
     sync and sync()
     arrive = time.perf_counter()
-    for t in entry:
-        run(t)
+    run(entry)
     sync and sync()
     done = time.perf_counter()
     arrivals = torch.tensor([arrive], dtype=torch.float64, device=device)

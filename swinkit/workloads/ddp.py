@@ -317,6 +317,8 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
         "memory": memory.peak_memory(run.cuda, run.memory_baseline),
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
+        "buffer_shapes": [[list(b.shape), str(b.dtype).replace("torch.", "")]
+                          for b in run.model.buffers()],
         "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
         "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
         "skipped_samples": run.skipped, "warmup": warmup, "clock": clocks,
