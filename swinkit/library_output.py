@@ -20,8 +20,11 @@ def send_library_logs_to_stderr() -> None:
     """Point DeepSpeed's logger at stderr (a no-op when DeepSpeed is not installed)."""
     if importlib.util.find_spec("deepspeed") is None:
         return
-    with contextlib.redirect_stdout(sys.stderr):
-        import deepspeed.utils.logging  # noqa: F401  (creates the logger; warns at import)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            import deepspeed.utils.logging  # noqa: F401  (creates the logger; warns at import)
+    except Exception:  # a broken DeepSpeed install is the DeepSpeed engine's error, not ours
+        return
     for handler in logging.getLogger("DeepSpeed").handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream in (
                 sys.stdout, sys.__stdout__):

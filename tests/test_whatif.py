@@ -287,8 +287,10 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
         assert len(rank["timeline"]) == 4 and len(rank["loss"]) == 3
         assert len(c["rounds_loaded_s"]) >= 5 and c["round_alone_s"] > 0
         assert 0 < c["compute_rate"] <= 1 and 0 < c["comm_rate"] <= 1
-        assert c["round_alone_s"] == pytest.approx(sum(rank["comm"]["bucket_hot_s"]))
-        assert len(rank["comm"]["bucket_s"]) == len(rank["comm"]["bucket_hot_s"])
+        # the contention loop's iterations stay out of the local run: its last measured
+        # iteration's tail is an ordinary one, not the load's set-up and start
+        others = [it["marks"][-1][1] - it["marks"][-2][1] for it in rank["timeline"]]
+        assert others[-1] <= 3 * max(others[:-1]) + 0.005, others
     assert set(costs(out)["contention"]) == {"compute_rate", "comm_rate"}
 
 

@@ -34,8 +34,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="cpu")
     p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
     p.add_argument("--iters", type=int, default=None,
-                   help="with --run: measured iterations per launch (default: the preset's "
-                        "measured_iters, 10 for the real presets, 30 for test)")
+                   help="with --run: measured iterations per launch (default: for the "
+                        "attribution the preset's measured_iters, 10 for the real presets, 30 "
+                        "for test; 10 for --engine and --what-if)")
     p.add_argument("--repeats", type=int, default=3,
                    help="with --run: launches per world size, interleaved (default 3): the lost "
                         "time's noise floor and intervals come from their spread")
@@ -104,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.report.text import text_report
     from swinkit.workloads.inject import parse_injection
 
-    if args.run and args.iters is None:  # the preset says how many its iteration time needs
-        try:
+    if args.run and args.iters is None and not args.engine and not args.what_if:
+        try:  # the attribution: the preset says how many its iteration time needs
             from swinkit.config import load_config
             args.iters = int(getattr(load_config(args.preset), "measured_iters", 10))
         except ValueError as exc:
             return _failed(exc)
+    args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
     if args.engine:
         return _engines(args)
     if args.grad_accum is not None:

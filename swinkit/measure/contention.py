@@ -35,12 +35,16 @@ MIN_ROUNDS = 3  # rounds kept after dropping the first and the last
 
 class CommLoad(threading.Thread):
     """All-reduce ``sizes`` (element counts per bucket, each bucket's collectives back to back)
-    on the default group until every rank has called :meth:`finish`; seconds per round in
+    on a group of its own until every rank has called :meth:`finish`; seconds per round in
     ``rounds``. On CUDA the collectives go on a stream of this thread, so that waiting for them
     does not wait for the training loop's kernels."""
 
     def __init__(self, sizes: list[list[int]], dtype, device: torch.device):
         super().__init__(name="swinkit-comm-load", daemon=True)
+        # A group of its own (made collectively, here, on every rank): the training loop may
+        # use the world group meanwhile (SyncBN on GPU presets), and two threads' collectives
+        # on one communicator could interleave differently on different ranks.
+        self.group = dist.new_group(list(range(dist.get_world_size())))
         self.tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry]
                         for entry in sizes]
         self.device = device
@@ -69,11 +73,11 @@ class CommLoad(threading.Thread):
             start = time.perf_counter()
             for entry in self.tensors:
                 for t in entry:
-                    dist.all_reduce(t)
+                    dist.all_reduce(t, group=self.group)
             sync and sync()
             self.rounds.append(time.perf_counter() - start)
             self.flag.fill_(1 if self.go_on else 0)
-            dist.all_reduce(self.flag, op=dist.ReduceOp.MIN)
+            dist.all_reduce(self.flag, op=dist.ReduceOp.MIN, group=self.group)
             if int(self.flag.item()) == 0:
                 return
 

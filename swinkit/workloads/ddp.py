@@ -250,7 +250,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             run.stats and run.stats.poll()
             profiler and profiler.step()
         run.starts.append(time.perf_counter())
+        run.timeline.enabled and run.timeline.end()  # what follows is in no measured iteration
         cpu, gpu = run.cpu.stop(), run.nvml.stop() if run.nvml else None
+        peak = memory.peak_memory(run.cuda, run.memory_baseline)
         load = comm_load(run) if comm_load is not None else None
         if load is not None:
             switch and switch.use(run, local=True)
@@ -258,8 +260,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
     main = [n for n, (kind, _) in enumerate(order) if kind != "local"]
-    result = _result(run, rank, main, warmup, clocks, cpu, gpu)
-    resolved = run.timeline.resolve() if run.timeline.enabled else []
+    result = _result(run, rank, main, warmup, clocks, cpu, gpu, peak)
+    resolved = (run.timeline.resolve() if run.timeline.enabled and (paired or load is not None)
+                else [])
     if paired:
         local_its = [n for n, (kind, _) in enumerate(order) if kind == "local"]
         result["local"] = {"timeline": [resolved[n] for n in local_its],
@@ -278,7 +281,7 @@ def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20)
     until it has timed enough rounds (at least 3 iterations, at most ``max_iters``)."""
     from swinkit.measure.contention import MIN_ROUNDS
 
-    dist.barrier()  # every rank's load starts together (the loop's groups are its own)
+    dist.barrier()  # every rank's load starts together
     load.start()
     it = first
     while load.is_alive():
@@ -306,7 +309,7 @@ def _clock_offsets(rank) -> dict:
 
 
 def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict, cpu: dict,
-            gpu: dict | None) -> dict:
+            gpu: dict | None, peak_memory: dict) -> dict:
     """The results of the iterations run at ``positions`` (the first ``warmup`` of them are the
     warm-up); the others (local ones of a paired run, the contention loop's) are left out."""
     kept = positions[warmup:]
@@ -314,7 +317,7 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
         "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
         "loss": [float(run.losses[n]) for n in kept],
         "cpu": cpu, "gpu": gpu,
-        "memory": memory.peak_memory(run.cuda, run.memory_baseline),
+        "memory": peak_memory,
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
         "buffer_shapes": [[list(b.shape), str(b.dtype).replace("torch.", "")]
