@@ -64,13 +64,16 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
     result = ddp_rank(rank, comm_load=comm_load if with_load else None, **kwargs)
     sizes, dtype = payloads(result["bucket_sizes_bytes"], result.get("bucket_shapes"))
     broadcast = options.get("broadcast_buffers", True) and result["buffer_bytes"]
+    same_host = result["clock"]["same_host"]  # the run already asked every rank's host
     result["comm"] = {
         # cold: as DDP meets them, right after compute (the replay's durations); hot: back
         # to back (the reference of the contention rate, whose load runs back to back)
-        "bucket_s": time_collectives(sizes, dtype, device, "all_reduce", cold=True),
+        "bucket_s": time_collectives(sizes, dtype, device, "all_reduce", cold=True,
+                                     same_host=same_host),
         "bucket_hot_s": time_collectives(sizes, dtype, device, "all_reduce"),
         "broadcast_s": (time_collectives([], None, device, "broadcast_coalesced", cold=True,
-                                         tensors=[module_buffers(result, device)])[0]
+                                         tensors=[module_buffers(result, device)],
+                                         same_host=same_host)[0]
                         if broadcast else 0.0),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
@@ -125,7 +128,8 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
 
 
 def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
-                     tensors: list[list[torch.Tensor]] | None = None) -> list[float]:
+                     tensors: list[list[torch.Tensor]] | None = None,
+                     same_host: bool = True) -> list[float]:
     """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
     slowest rank's. ``tensors``: the entries themselves, instead of zeros of ``sizes``. ``op``:
     "all_reduce", "broadcast", or "broadcast_coalesced" (an entry's tensors in one call, packed
@@ -134,7 +138,8 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
     Hot (default): after a barrier per round, the entries back to back. ``cold``: each entry
     as DDP meets it, after compute: on CPU every rank first sweeps a buffer larger than the
     caches (the backward pass has just done so) and its communication threads have idled, and
-    the time counts from the last rank's arrival (the ranks' skew is not the collective's).
+    the time counts from the last rank's arrival (the ranks' skew is not the collective's;
+    ``same_host``: their clocks are one, else the skew stays in).
     Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
     after 10 ms of compute or a 64 MB sweep."""
     if tensors is None:
@@ -143,7 +148,7 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
         cold and device.type == "cpu") else None
-    one_host = cold and _one_host()
+    one_host = cold and same_host
     rounds = []
     for _ in range(COMM_WARMUP + COMM_REPS):
         if not cold:
@@ -185,13 +190,6 @@ def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
     dist.all_gather(gathered, arrivals)
     last = max(float(a) for a in gathered)
     return done - last if one_host else done - arrive
-
-
-def _one_host() -> bool:
-    import socket
-    names = [None] * dist.get_world_size()
-    dist.all_gather_object(names, socket.gethostname())
-    return len(set(names)) == 1
 
 
 def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:
