@@ -110,21 +110,46 @@ def asv_result_values(results_dir, name):
     return json.loads(files[0].read_text())["results"][name][0]
 
 
-def other_runnable_processes(samples: int = 20, interval_s: float = 0.01) -> float:
-    """How many processes besides this one want a core right now (median of /proc/stat's
-    procs_running - 1 over a short window); 0 on an idle machine, NaN where unreadable.
+class ForeignLoad:
+    """Cores' worth of CPU that anything outside this test's process tree took while the block
+    ran: the machine's busy time (/proc/stat, hypervisor steal included) minus what this process
+    and its waited-for descendants used (getrusage). 0 on an idle machine; NaN where unreadable.
 
     On a loaded machine contention changes what an injected cost adds (a rank that waits frees
-    a core for the others), so tests hold exact amounts only when this is 0."""
-    import statistics
-    import time
-    counts = []
-    for _ in range(samples):
+    a core for the others), so tests hold exact amounts only when this stays small. Measured
+    over the whole run, unlike a snapshot of the run queue before and after it, which misses a
+    burst in between (a CI failure that the snapshots had called idle).
+
+    >>> with ForeignLoad() as load:
+    ...     pass
+    >>> load.cores >= 0 or load.cores != load.cores   # a share of the cores, or NaN
+    True
+    """
+    BUSY_FIELDS = (0, 1, 2, 5, 6, 7)   # user nice system irq softirq steal (not idle, iowait)
+
+    def __enter__(self) -> "ForeignLoad":
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._sample()
+        if self._start is None or end is None:
+            self.cores = float("nan")
+            return
+        (t0, busy0, own0), (t1, busy1, own1) = self._start, end
+        self.cores = max((busy1 - busy0) - (own1 - own0), 0.0) / max(t1 - t0, 1e-9)
+
+    @classmethod
+    def _sample(cls):
+        import os
+        import resource
+        import time
         try:
             with open("/proc/stat") as f:
-                line = next(l for l in f if l.startswith("procs_running"))
-        except (OSError, StopIteration):
-            return float("nan")
-        counts.append(int(line.split()[1]) - 1)
-        time.sleep(interval_s)
-    return statistics.median(counts)
+                fields = f.readline().split()[1:]
+        except OSError:
+            return None
+        busy = sum(int(fields[i]) for i in cls.BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
+        own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+        return time.monotonic(), busy, own

@@ -286,3 +286,28 @@ def test_strong_scaling_splits_the_global_batch_or_says_why_not():
         images_per_rank("test", [1, 3, 4], "strong")  # 8 images among 3 ranks
     with pytest.raises(ValueError, match="scaling must be one of"):
         images_per_rank("test", [1], "linear")
+
+
+def test_paired_effect_survives_two_slow_clean_iterations():
+    """Injected iterations 0,2,4,6,8 take 0.22 s, clean ones 0.10 s, except clean iterations
+    3 and 7, slowed by 0.16 s by something else (in forward once, in the optimizer once).
+    By hand, the differences per injected iteration against each clean neighbour:
+    0-1: +.12; 2-1: +.12, 2-3: -.04; 4-3: -.04, 4-5: +.12; 6-5: +.12, 6-7: -.04; 8-7: -.04,
+    8-9: +.12. Five of nine are +0.12, so the median is +0.12 s. Averaging the two neighbours
+    first gives 0.12, 0.04, 0.04, 0.04, 0.04 per injected iteration: a median of 0.04 s, the
+    figure a CI run once reported for a 120 ms injection."""
+    from swinkit.attribution.paired import paired_effect
+    flags = [i % 2 == 0 for i in range(10)]
+    rows = []
+    for i, hit in enumerate(flags):
+        row = {"forward": 0.05, "optimizer": 0.05, "exposed_comm": 0.12 if hit else 0.0}
+        row["forward"] += 0.16 if i == 3 else 0.0
+        row["optimizer"] += 0.16 if i == 7 else 0.0
+        rows.append(row)
+    iterations = [sum(r.values()) for r in rows]
+    out = paired_effect({0: iterations, 1: iterations}, {0: rows, 1: rows}, {0: flags, 1: flags})
+    assert out["pairs"] == 9
+    assert out["added_iter_s"] == pytest.approx(0.12)
+    assert out["growth_s"]["exposed_comm"] == pytest.approx(0.12)
+    assert out["growth_s"]["forward"] == pytest.approx(0.0)
+    assert out["growth_s"]["optimizer"] == pytest.approx(0.0)
