@@ -99,8 +99,7 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
     if paired:
-        launcher = Switch(launcher or ddp_hooks.plain_launch, singleton, ddp_hooks.hook_launcher(
-            options.comm_hook, options.powersgd_rank, singleton, local=True))
+        launcher = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
         ddp_timers = False  # DDP's running averages would mix both kinds of iteration
     buckets = None
     if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
@@ -163,6 +162,18 @@ class Switch:
         self.real, self.alone, self.local_launcher = real, alone, local_launcher
         self.local = False
         self.shapes = getattr(local_launcher, "shapes", None)  # PowerSGD's, for its payloads
+
+    @classmethod
+    def for_options(cls, real, alone, options: DDPOptions) -> "Switch":
+        """The switch for these DDP options: the local side runs the options' hook over the
+        group of one. Local steps start after the DDP warm-up, whose iterations have already
+        rebuilt DDP's buckets, so a PowerSGD local side compresses from its first step on (its
+        own state would otherwise count two uncompressed warm-up steps of its own, and those
+        would be measured)."""
+        local = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local=True)
+        if isinstance(local, ddp_hooks.PowerSGDLaunch):
+            local.state.iter = local.state.start_powerSGD_iter
+        return cls(real, alone, local)
 
     def use(self, run: RankRun, local: bool) -> None:
         self.local = local

@@ -51,7 +51,12 @@ class DDPOptions:
     def ddp_kwargs(self) -> dict:
         """Keyword arguments for ``DistributedDataParallel``."""
         kw = dict(gradient_as_bucket_view=self.gradient_as_bucket_view,
-                  static_graph=self.static_graph, broadcast_buffers=self.broadcast_buffers)
+                  static_graph=self.static_graph)
+        # torch 2.13 deprecates the argument (for forward_sync_buffers) and warns whenever it
+        # is given; True is DDP's default anyway. False keeps the old meaning (no broadcast at
+        # construction either), which forward_sync_buffers=False would not.
+        if not self.broadcast_buffers:
+            kw["broadcast_buffers"] = False
         if self.bucket_cap_mb is not None:
             kw["bucket_cap_mb"] = self.bucket_cap_mb
         return kw
