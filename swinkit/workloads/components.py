@@ -36,6 +36,13 @@ from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
 COMM_WARMUP = 2
+# Cold collectives: more rounds, and their mean (the middle 80 %) rather than the median.
+# Their times here are bimodal (0.8 MB with gloo: ~1.0 ms or ~3.5-4.5 ms, in either
+# proportion), so a median of a few rounds lands on one mode or the other and predictions
+# jumped by several percent from launch to launch; an iteration holds several collectives,
+# and what they add to its time is their sum, whose expectation is the mean.
+COLD_COMM_REPS = 15
+COLD_TRIM = 0.1
 DDP_BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024  # DDP's broadcast_bucket_size
 EVICT_BYTES = 64 << 20  # swept before a cold collective: more than a server CPU's last-level cache
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
@@ -130,8 +137,9 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
 def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
                      tensors: list[list[torch.Tensor]] | None = None,
                      same_host: bool = True) -> list[float]:
-    """Median seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
-    slowest rank's. ``tensors``: the entries themselves, instead of zeros of ``sizes``. ``op``:
+    """Seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
+    slowest rank's: the median of the rounds hot, their trimmed mean cold. ``tensors``: the
+    entries themselves, instead of zeros of ``sizes``. ``op``:
     "all_reduce", "broadcast", or "broadcast_coalesced" (an entry's tensors in one call, packed
     and unpacked, as DDP broadcasts the module's buffers).
 
@@ -150,7 +158,7 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
         cold and device.type == "cpu") else None
     one_host = cold and same_host
     rounds = []
-    for _ in range(COMM_WARMUP + COMM_REPS):
+    for _ in range(COMM_WARMUP + (COLD_COMM_REPS if cold else COMM_REPS)):
         if not cold:
             dist.barrier()
             times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
@@ -160,7 +168,19 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         rounds.append(slowest.tolist())
     rounds = rounds[COMM_WARMUP:]
-    return [statistics.median(r[j] for r in rounds) for j in range(len(tensors))]
+    middle = trimmed_mean if cold else statistics.median
+    return [middle([r[j] for r in rounds]) for j in range(len(tensors))]
+
+
+def trimmed_mean(values: list[float], trim: float = COLD_TRIM) -> float:
+    """The mean of ``values`` without the lowest and highest ``trim`` share of them.
+
+    >>> trimmed_mean([1.0, 1.0, 1.0, 4.0, 4.0, 100.0, 0.0, 1.0, 4.0, 4.0])  # 0 and 100 dropped
+    2.5
+    """
+    ordered = sorted(values)
+    cut = int(len(ordered) * trim)
+    return statistics.fmean(ordered[cut:len(ordered) - cut] or ordered)
 
 
 def _entry_runner(op: str):
