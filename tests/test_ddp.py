@@ -129,13 +129,14 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
     with ForeignLoad() as load:
         hit = _run(data_root, 2, Injection(**values, ranks=ranks, every=2), iters=10)
     idle = load.cores <= 0.05   # NaN (unreadable) counts as busy
+    assert hit.get("paired") is not None, "no injected iteration had a clean neighbour"
     # what a failure needs to be read: every iteration's time and flags, per rank
     paired = {**hit["paired"], "foreign_cores": load.cores,
               "iterations_ms": {r["rank"]: [round(1e3 * t) for t in r["iteration"]]
                                 for r in hit["ranks"]},
               "injected": hit["ranks"][-1]["injected"]}
     added, growth = paired["added_iter_s"], paired["growth_s"]
-    assert paired["pairs"] >= 4
+    assert paired["pairs"] >= 8   # 5 injected iterations of 10, each against 1 or 2 neighbours
     assert added > 0.03, (kind, paired)                       # the injection acted
     # comm_scale moves 120 x the gradient bytes through gloo's copies, which occupy the same
     # two cores as compute: a little of its cost shows as slower compute on the injected
@@ -149,8 +150,8 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
         # rank's core serves the others' background work (loader, gloo, the test runner), which
         # the clean neighbours pay for instead. (Two full CI runs measured +88 ms and +39 ms
         # for 120 ms on one rank while blame found ~120 ms in the component: the estimator then
-        # averaged each injected iteration's two neighbours, so one slow clean iteration
-        # spoiled two of five pairs; see the paired-effect unit test.)
+        # averaged each injected iteration's two neighbours, so two slow clean iterations
+        # spoiled four of five pairs; see the paired-effect unit test.)
         assert 0.6 * expected <= added <= 1.2 * expected, paired
     elif expected is not None:
         warnings.warn(f"{kind}: another process competes for the cores; the injected amount "

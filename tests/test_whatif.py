@@ -230,6 +230,13 @@ def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
     with pytest.raises(ValueError, match="comm_hook bf16 cannot be combined"):
         DDPRunSpec(preset="test", world_size=1, ddp=DDPOptions(comm_hook="bf16"),
                    injection=Injection(comm_ms=5)).validate()
+    # PowerSGD's first two optimizer steps send uncompressed gradients: 2 steps of k=2 are 4
+    # warm-up iterations; 2 would measure an uncompressed step
+    with pytest.raises(ValueError, match=r"warmup \(2\) must be at least 2 x grad_accum \(4\)"):
+        DDPRunSpec(preset="test", world_size=1, iters=4, warmup=2,
+                   ddp=DDPOptions(comm_hook="powersgd", grad_accum=2)).validate()
+    DDPRunSpec(preset="test", world_size=1, iters=4, warmup=4,
+               ddp=DDPOptions(comm_hook="powersgd", grad_accum=2)).validate()
 
 
 @pytest.mark.slow
@@ -349,6 +356,9 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     for rank in out["ranks"]:
         assert len(rank["timeline"]) == 6 and len(rank["loss"]) == 4
         assert len(rank["local"]["timeline"]) == 4 and len(rank["local"]["iteration"]) == 4
+        # the barriers between the kinds are in no iteration, by either clock
+        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
+            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
         names = [[c["name"] for c in it["collectives"]] for it in rank["timeline"]]
         local_names = [[c["name"] for c in it["collectives"]] for it in rank["local"]["timeline"]]
         assert all("buffers" in n for n in names)             # the test preset has BN buffers

@@ -6,11 +6,13 @@ where they exist), per rank; the median of those differences is the added cost. 
 of a busy machine moves neighbours alike and cancels, which a comparison of two separate
 launches cannot do (launch-to-launch noise here is several percent).
 
-Each neighbour is a difference of its own rather than half of a mean of two: one clean
-iteration slowed by a hiccup (a page fault storm, a burst of another process) then spoils two
-differences out of about twice the number of injected iterations, where averaging it into
-both of its neighbours' baselines spoiled two of only that many. A full CI run measured
-+39 ms for a 120 ms injection that way, while every phase's own median was right.
+Each neighbour is a difference of its own rather than half of a mean of two. A clean
+iteration slowed by a hiccup (a page fault storm, a burst of another process) spoils the
+differences it takes part in either way, two of them; but averaged into both neighbours'
+baselines those were two of only five (10 iterations, every=2), and two such hiccups spoiled
+four of five: a full CI run measured +39 ms for a 120 ms injection so, while every phase's own
+median was right. As differences of their own they are two of nine: the median survives two
+hiccups among the clean iterations (not three).
 """
 from __future__ import annotations
 

@@ -36,8 +36,9 @@ from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
 COMM_WARMUP = 2
-# Cold collectives: more rounds, and their mean (the middle 80 %) rather than the median.
-# Their times here are bimodal (0.8 MB with gloo: ~1.0 ms or ~3.5-4.5 ms, in either
+# Cold collectives: more rounds, and their mean without the lowest and the highest (a 10 %
+# trim of 15 rounds) rather than the median.
+# Their times here are bimodal (1.3 MB with gloo: ~1.0 ms or ~3.5-4.5 ms, in either
 # proportion), so a median of a few rounds lands on one mode or the other and predictions
 # jumped by several percent from launch to launch; an iteration holds several collectives,
 # and what they add to its time is their sum, whose expectation is the mean.
@@ -173,7 +174,8 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
 
 
 def trimmed_mean(values: list[float], trim: float = COLD_TRIM) -> float:
-    """The mean of ``values`` without the lowest and highest ``trim`` share of them.
+    """The mean of ``values`` without the lowest and highest ``trim`` share of them, rounded
+    down (of fewer than ``1 / trim`` values none is dropped).
 
     >>> trimmed_mean([1.0, 1.0, 1.0, 4.0, 4.0, 100.0, 0.0, 1.0, 4.0, 4.0])  # 0 and 100 dropped
     2.5

@@ -63,6 +63,9 @@ class RankRun:
     nvml: NvmlSampler | None = None
     losses: list = field(default_factory=list)
     starts: list = field(default_factory=list)
+    # iteration index -> when it ended early: at a paired run's barrier, which is in no
+    # iteration (else the next start ends it)
+    cut: dict = field(default_factory=dict)
     skipped: list = field(default_factory=list)
     injected: list = field(default_factory=list)
 
@@ -250,11 +253,14 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
             GATE.on = injection.on_iteration(it)
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
-            if switch and n > warmup and order[n - 1][0] != kind:
-                # the ranks leave their local steps at different times: line them up outside
-                # any iteration, or the DDP step would wait for a skew no DDP run has. Before
-                # the local steps too, so that both kinds start from the same state (a
-                # barrier's wake-up before the DDP steps only made them ~1 ms slower to load)
+            if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
+                # before every measured optimizer step (the same n on every rank): the ranks
+                # leave their local steps at different times, so line them up outside any
+                # iteration, or the DDP step would wait for a skew no DDP run has. Before the
+                # local steps too, so that both kinds start from the same state (with a
+                # barrier before the DDP steps only, they loaded ~1 ms slower)
+                if n:
+                    run.cut[n - 1] = time.perf_counter()
                 run.timeline.end()
                 dist.barrier()
             switch and switch.use(run, local=kind == "local")
@@ -342,7 +348,7 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
     }
     # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
     # an independent check of the timeline's iteration times.
-    result["loop_iteration"] = [run.starts[n + 1] - run.starts[n] for n in kept]
+    result["loop_iteration"] = [run.cut.get(n, run.starts[n + 1]) - run.starts[n] for n in kept]
     if not run.timeline.enabled:
         result["iteration"] = result["loop_iteration"]
         return result

@@ -64,6 +64,12 @@ class DDPRunSpec:
         if self.iters % k or self.warmup % k:
             raise ValueError(f"iters ({self.iters}) and warmup ({self.warmup}) must be multiples "
                              f"of grad_accum ({k}): measured iterations are whole optimizer steps")
+        if self.ddp.comm_hook == "powersgd" and self.warmup < 2 * k:
+            # PowerSGD compresses from its 2nd synchronising step on (torch needs DDP's bucket
+            # rebuild behind it): earlier measured steps would send the uncompressed gradients
+            raise ValueError(f"warmup ({self.warmup}) must be at least 2 x grad_accum ({2 * k}) "
+                             "with comm_hook powersgd: PowerSGD starts compressing at its "
+                             "second optimizer step, which must lie in the warm-up")
         if self.ddp.comm_hook and (self.injection.comm_ms > 0 or self.injection.comm_scale > 1):
             raise ValueError(f"comm_hook {self.ddp.comm_hook} cannot be combined with a comm "
                              "injection (both replace the bucket's collective)")
