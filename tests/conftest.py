@@ -17,6 +17,15 @@ def data_root(tmp_path_factory):
 
 
 @pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo world of one, in this process: DDP and collectives without launching ranks."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
 def data_copy(data_root, tmp_path):
     """A private copy a test may corrupt."""
     root = tmp_path / "ADEChallengeData2016"

@@ -7,14 +7,6 @@ tensors, not from the logging data.
 """
 import pytest
 import torch
-import torch.distributed as dist
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _bucket_contents(model, iters=3):

@@ -2,7 +2,6 @@
 what DDP itself does in a local step, seen from inside DDP rather than from swinkit's records."""
 from types import SimpleNamespace
 
-import pytest
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -10,13 +9,6 @@ from torch.nn.parallel import DistributedDataParallel
 from swinkit.measure import ddp_hooks
 from swinkit.workloads.ddp import Switch
 from swinkit.workloads.ddp_options import DDPOptions
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 class _Clock:

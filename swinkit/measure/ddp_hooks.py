@@ -65,6 +65,11 @@ class PowerSGDLaunch:
                                                  start_powerSGD_iter=2)
         self.shapes: dict[int, list[list[int]]] = {}  # per bucket: what the hook compresses
 
+    def compress_from_now(self) -> None:
+        """Skip PowerSGD's own warm-up: for a launcher that takes over a DDP model whose
+        buckets were rebuilt already (a paired run's local side, after the DDP warm-up)."""
+        self.state.iter = self.state.start_powerSGD_iter
+
     def __call__(self, bucket, group, record, clock):
         self.shapes.setdefault(bucket.index(), [list(g.shape) for g in bucket.gradients()])
         record.arrive = clock.now()

@@ -207,11 +207,12 @@ def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
     run(entry)
     sync and sync()
     done = time.perf_counter()
+    if not one_host:
+        return done - arrive
     arrivals = torch.tensor([arrive], dtype=torch.float64, device=device)
     gathered = [torch.zeros_like(arrivals) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, arrivals)
-    last = max(float(a) for a in gathered)
-    return done - last if one_host else done - arrive
+    return done - max(float(a) for a in gathered)
 
 
 def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:

@@ -175,7 +175,7 @@ class Switch:
         would be measured)."""
         local = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local=True)
         if isinstance(local, ddp_hooks.PowerSGDLaunch):
-            local.state.iter = local.state.start_powerSGD_iter
+            local.compress_from_now()
         return cls(real, alone, local)
 
     def use(self, run: RankRun, local: bool) -> None:
