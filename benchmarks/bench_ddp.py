@@ -3,7 +3,7 @@ import math
 
 from swinkit import scaling as formulas  # torch-free arithmetic (param 'scaling' below)
 
-from .common import WORLD_SIZES, lazy, preset, samples
+from .common import WORLD_SIZES, accepts, lazy, preset, samples
 
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
 ddp_sweep = lazy("swinkit.workloads.ddp_sweep:ddp_sweep")
@@ -18,6 +18,10 @@ BLAME_KEYS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "
               "unattributed")
 # swinkit.workloads.attribution_run.SCALING, written out like the keys above
 SCALINGS = ("weak", "strong")
+# swinkit.attribution.oracle.LOCAL_PHASES and the synchronisation on top of them: the parts of
+# the predicted iteration (its components_s), written out like the keys above
+PREDICTED_PARTS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other",
+                   "sync_s")
 
 
 class _DDPRun:
@@ -27,9 +31,13 @@ class _DDPRun:
     param_names = ["world_size"]
 
     def setup_cache(self):
-        # weak scaling (the thesis's runs) under world-size keys; the strong-scaling runs that
-        # differ from them under ("strong", world size), for Scaling
-        return with_strong_scaling(ddp_sweep(preset(), WORLD_SIZES), preset(), WORLD_SIZES)
+        # weak scaling (the thesis's runs) under world-size keys, each launch paired (its DDP
+        # steps alternate with local ones, which measure the components the oracle predicts
+        # it from, under the same co-location); the strong-scaling runs that differ from them
+        # under ("strong", world size), for Scaling
+        paired = {"paired": True} if accepts(ddp_sweep, "paired") else {}
+        return with_strong_scaling(ddp_sweep(preset(), WORLD_SIZES, **paired), preset(),
+                                   WORLD_SIZES)
 
     def setup(self, sweep, world_size, *_):
         sweep.get(world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
@@ -110,6 +118,44 @@ class Blame(_DDPRun):
         caused = sweep.get(world_size).get("wait_caused_s") or {}
         return sum(by_phase.get(component, 0.0) for by_phase in caused.values())
     track_wait_caused.unit = "s"
+
+
+class _Predicted(_DDPRun):
+    def setup(self, sweep, world_size, *_):
+        if "prediction" not in sweep.get(world_size):
+            raise NotImplementedError("this commit's DDP runs were not paired: no components "
+                                      "were measured beside them, so there is no prediction")
+
+    def _prediction(self, sweep, world_size):
+        return sweep.get(world_size)["prediction"]
+
+
+class Prediction(_Predicted):
+    """The oracle's prediction of the DDP iteration (swinkit.attribution.oracle), from the
+    components measured in the same launch: the local optimizer steps that alternate with the
+    DDP ones, and the collectives timed on the same ranks after them. What the attribution
+    report holds the measured iteration (Iteration.track_iteration) to."""
+
+    def track_iteration(self, sweep, world_size):
+        return self._prediction(sweep, world_size)["predicted_iter_s"]
+    track_iteration.unit = "s"
+
+    def track_error(self, sweep, world_size):
+        """(predicted - measured) / measured, against the launch's own median iteration."""
+        measured = sweep.get(world_size)["iter_s"]
+        return (self._prediction(sweep, world_size)["predicted_iter_s"] - measured) / measured
+    track_error.unit = "ratio"
+
+
+class PredictedPart(_Predicted):
+    """The predicted iteration's parts: each local phase (median over ranks) and ``sync_s``,
+    what synchronising the ranks adds on top of them (waits, exposed communication)."""
+    params = [list(WORLD_SIZES), list(PREDICTED_PARTS)]
+    param_names = ["world_size", "part"]
+
+    def track_seconds(self, sweep, world_size, part):
+        return self._prediction(sweep, world_size)["components_s"][part]
+    track_seconds.unit = "s"
 
 
 class Scaling(_DDPRun):

@@ -13,6 +13,7 @@ and the param values those modules define are written out (tests/test_benchmark_
 keeps them equal and checks that a track process imports no torch).
 """
 import importlib
+import inspect
 import math
 import os
 
@@ -47,6 +48,14 @@ def lazy(target: str):
     call.__doc__ = f"{target}, imported on the first call."
     call.target = target
     return call
+
+
+def accepts(function, keyword: str) -> bool:
+    """Whether a :func:`lazy` stand-in's function takes ``keyword``: asv runs these files
+    against older commits' swinkit too, whose functions may lack a newer option."""
+    module, name = function.target.split(":")
+    target = getattr(importlib.import_module(module), name)
+    return keyword in inspect.signature(target).parameters
 
 
 def samples(values):

@@ -142,6 +142,46 @@ def test_strong_scaling_runs_only_what_differs_from_the_weak_runs(monkeypatch):
         both.get("strong", 4)
 
 
+def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
+    """bench_ddp's launches are paired: each spec asks for the local steps beside the DDP
+    ones, and the result keeps the oracle's prediction made from them in place of the
+    components themselves; the prediction tracks read it and skip a cache without one (an
+    older commit's, whose ddp_sweep takes no ``paired``: the setup_cache asks first)."""
+    from benchmarks.bench_ddp import ddp_sweep as stand_in
+    from benchmarks.common import accepts
+    from swinkit.workloads import components
+    from swinkit.workloads import ddp_sweep as module
+    specs = []
+
+    def fake_run(spec, progress=print):
+        specs.append(spec)
+        result = {"iter_s": 2.0}
+        if spec.paired:
+            result["local_run"] = {"from": spec.world_size}
+        return result
+
+    def fake_predict(local_run, spec):
+        assert local_run == {"from": spec.world_size}  # the launch's own components
+        return {"predicted_iter_s": 1.9, "components_s": {"forward": 0.5, "sync_s": 0.1}}
+    monkeypatch.setattr(module, "run_ddp", fake_run)
+    monkeypatch.setattr(module, "environment", lambda: {})
+    monkeypatch.setattr(components, "predict_from", fake_predict)
+    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes: dict.fromkeys(sizes))
+    sweep = module.ddp_sweep("test", [1, 2], paired=True, progress=lambda line: None)
+    assert [s.paired for s in specs] == [True, True]
+    assert "local_run" not in sweep.get(2)
+    prediction, part = CLASSES["bench_ddp.Prediction"](), CLASSES["bench_ddp.PredictedPart"]()
+    prediction.setup(sweep, 2)
+    assert prediction.track_iteration(sweep, 2) == 1.9
+    assert prediction.track_error(sweep, 2) == pytest.approx(-0.05)  # (1.9 - 2.0) / 2.0
+    assert part.track_seconds(sweep, 2, "sync_s") == 0.1
+    unpaired = module.ddp_sweep("test", [1], progress=lambda line: None)
+    assert specs[-1].paired is False and "prediction" not in unpaired.get(1)
+    with pytest.raises(NotImplementedError, match="not paired"):
+        prediction.setup(unpaired, 1)
+    assert accepts(stand_in, "paired") and not accepts(stand_in, "no_such_option")
+
+
 def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch):
     """On GPUs, world size 1 with the whole global batch may not fit: that is the device's
     limit (asv: skipped, with the reason), not a fault of the run; other failures stay failed."""
@@ -241,7 +281,8 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     """A real `asv run --quick` of the DDP benchmarks the attribution reads, then the
     attribution on those stored results, then `asv publish`, in a scratch folder."""
     run = asv_scratch(["run", "-b", r"bench_ddp\.(Iteration\.track_iteration|Blame\.track_seconds"
-                                    r"|Blame\.track_wait_caused|Iteration\.track_straggler_rank)"])
+                                    r"|Blame\.track_wait_caused|Iteration\.track_straggler_rank"
+                                    r"|Prediction\.track_iteration|PredictedPart\.track_seconds)"])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     values = asv_result_values(asv_scratch.results, "bench_ddp.Iteration.track_iteration")
     assert values[0] > 0 and values[1] > 0           # world sizes 1 and 2 measured
@@ -258,6 +299,15 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     from swinkit.attribution.inputs import from_asv
     report = analyse(from_asv(asv_scratch.results))
     assert report["world_sizes"] == [1, 2] and report["verdicts"][0]["world_size"] == 2
+    # the prediction is the one each DDP launch made from its own components (paired), and
+    # its parts add up to it (sync_s is defined as the rest, so this checks they were stored)
+    predicted = asv_result_values(asv_scratch.results, "bench_ddp.Prediction.track_iteration")
+    for ws_index, row in enumerate(report["runs"]):
+        assert row["prediction_source"] == "paired"
+        assert row["predicted_iter_s"] == pytest.approx(predicted[ws_index], rel=1e-4)
+        assert row["predicted_iter_s"] == pytest.approx(values[ws_index], rel=0.25)
+        assert sum(row["predicted_components_s"].values()) == pytest.approx(
+            row["predicted_iter_s"], rel=1e-3)
     pub = asv_scratch(["publish"], timeout=300)
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert (asv_scratch.html / "index.html").exists()

@@ -18,6 +18,9 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         if pred is None and iso is None:
             row.update(predicted_iter_s=None, prediction_error=None, accuracy_pct=None)
             continue
+        # paired: the components were measured in the DDP run's own launch; isolated: by the
+        # component benchmarks, in processes of their own
+        source = pred.get("source", "paired") if pred else "isolated"
         pred = pred or predict(iso)
         launch_preds = pred.get("launch_predicted_iter_s") or []
         if len(launch_preds) == len(row["launch_iter_s"]):
@@ -26,7 +29,7 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         else:
             pairs = [(pred["predicted_iter_s"], t) for t in row["launch_iter_s"]]
         per_launch = [prediction_error(p, t)["prediction_error"] for p, t in pairs]
-        row.update(predicted_iter_s=pred["predicted_iter_s"],
+        row.update(predicted_iter_s=pred["predicted_iter_s"], prediction_source=source,
                    predicted_components_s=pred["components_s"],
                    prediction_error_interval=[min(per_launch), max(per_launch)]
                    if len(per_launch) >= 2 else None,

@@ -143,7 +143,8 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
                                     "preset": env.get("preset"), "backend": env.get("backend"),
                                     "environment": env}, skipped_files=skipped)
     inputs.isolated, note = _isolated_from_asv(data, measured, env.get("preset"))
-    if note:
+    inputs.predicted = _predicted_from_asv(data, measured)
+    if note and not inputs.predicted:
         inputs.meta["notes"] = [note]
     inputs.grad_accum = grad_accum_from_asv(data)
     return inputs
@@ -169,6 +170,25 @@ def _environment(results_dir: Path, machine: str, commit: str) -> dict:
         return json.loads(names.environment_path(results_dir, machine, commit).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _predicted_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, dict]:
+    """The oracle's predictions that ``bench_ddp`` made in the launches it measured (paired:
+    the components measured beside the DDP steps, under the same co-location), per world size;
+    they take the place of the prediction from the isolated benchmarks. {} for results of a
+    commit whose DDP runs were not paired."""
+    predicted = _table(data, names.DDP_PREDICTED)
+    parts = _table(data, names.DDP_PREDICTED_PARTS)
+    out = {}
+    for (ws,), p in predicted.items():
+        if int(ws) not in measured:
+            continue
+        out[int(ws)] = {"predicted_iter_s": p["value"], "source": "paired",
+                        # one launch: its prediction is held to its own measurement
+                        "launch_predicted_iter_s": [p["value"]],
+                        "components_s": {part: v["value"] for (w, part), v in parts.items()
+                                         if w == ws}}
+    return out
 
 
 def _isolated_from_asv(data: dict, measured: dict[int, Measured],

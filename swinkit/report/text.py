@@ -39,7 +39,11 @@ def text_report(r: dict) -> str:
     if r.get("prediction_accuracy_pct") is not None:
         per_ws = ", ".join(f"N={row['world_size']}: {row['accuracy_pct']:.1f} %"
                            for row in r["runs"] if row.get("accuracy_pct") is not None)
-        lines += ["", f"prediction from components: {r['prediction_accuracy_pct']:.1f} % "
+        sources = {row.get("prediction_source") for row in r["runs"]} - {None}
+        where = {"paired": "measured in the DDP run's own launch",
+                 "isolated": "measured by the component benchmarks, each in its own processes"}
+        lines += ["", f"prediction from components ({'; '.join(where.get(s, s) for s in sorted(sources))}): "
+                      f"{r['prediction_accuracy_pct']:.1f} % "
                       f"accurate on average ({per_ws}; accuracy = 100 % x (1 - |predicted - "
                       "measured| / measured), medians; Kahira et al.'s oracle: 97.57 % for data "
                       "parallelism)"]

@@ -99,6 +99,7 @@ def _median_prediction(predictions: list[dict]) -> dict:
     ranked = sorted(predictions, key=lambda p: p["predicted_iter_s"])
     chosen = dict(ranked[(len(ranked) - 1) // 2])
     chosen["launch_predicted_iter_s"] = [p["predicted_iter_s"] for p in predictions]
+    chosen["source"] = "paired"
     return chosen
 
 

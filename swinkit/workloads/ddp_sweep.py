@@ -11,13 +11,16 @@ from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
 def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int = 3,
               workers: int | None = None, injection: Injection = Injection(),
               wall_timeout_s: float = 900.0, scaling: str = "weak", progress=print,
-              images: dict[int, int] | None = None) -> Sweep:
+              images: dict[int, int] | None = None, paired: bool = False) -> Sweep:
     """Sweep keyed by world size; each result is :func:`run_ddp`'s dict. A one-rank injection
     applies only where its rank exists (the world-size-1 baseline runs clean). ``scaling``:
     ``weak`` keeps the preset's images per rank; ``strong`` divides a global batch of the
     preset's images per rank times the largest runnable world size among the ranks.
     ``images``: images per rank by world size, in place of what ``scaling`` gives (a world
-    size's share of a larger sweep's global batch)."""
+    size's share of a larger sweep's global batch). ``paired``: each launch also measures the
+    components of its own DDP run, local optimizer steps alternating with the DDP ones, and
+    its result holds the oracle's prediction of the run (``"prediction"``): predicted where
+    it is measured, under the same co-location."""
     from swinkit.workloads.attribution_run import images_per_rank
 
     sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup, "scaling": scaling,
@@ -34,9 +37,19 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
                               wall_timeout_s=wall_timeout_s)
         spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
                           workers=workers, injection=injection.for_world_size(ws), launch=launch,
-                          overrides={"images_per_rank": images[ws]})
-        sweep.run(ws, lambda: run_ddp(spec, progress=progress), progress)
+                          overrides={"images_per_rank": images[ws]}, paired=paired)
+        sweep.run(ws, lambda: _run(spec, progress), progress)
     return sweep
+
+
+def _run(spec: DDPRunSpec, progress) -> dict:
+    """One launch's result; a paired one's components give way to the prediction made from
+    them (the local steps' timelines stay in the ranks' results)."""
+    result = run_ddp(spec, progress=progress)
+    if spec.paired:
+        from swinkit.workloads.components import predict_from
+        result["prediction"] = predict_from(result.pop("local_run"), spec)
+    return result
 
 
 def with_strong_scaling(weak: Sweep, preset: str, world_sizes=WORLD_SIZES, progress=print,
