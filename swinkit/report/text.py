@@ -8,6 +8,15 @@ def _f(value, fmt="{:.4f}", none="-"):
     return none if value is None else fmt.format(value)
 
 
+def _of_what(runs: list[dict]) -> str:
+    """What the accuracy was computed on (analysis.analyse: per launch where launches were
+    paired and repeated, else on the medians)."""
+    if any(row.get("prediction_source") == "paired"
+           and len(row.get("launch_prediction_error") or []) > 1 for row in runs):
+        return "each launch's prediction against its own run, the launch of median error"
+    return "medians"
+
+
 def text_report(r: dict) -> str:
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
              f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
@@ -45,8 +54,8 @@ def text_report(r: dict) -> str:
         lines += ["", f"prediction from components ({'; '.join(where.get(s, s) for s in sorted(sources))}): "
                       f"{r['prediction_accuracy_pct']:.1f} % "
                       f"accurate on average ({per_ws}; accuracy = 100 % x (1 - |predicted - "
-                      "measured| / measured), medians; Kahira et al.'s oracle: 97.57 % for data "
-                      "parallelism)"]
+                      f"measured| / measured), {_of_what(r['runs'])}; Kahira et al.'s oracle: "
+                      "97.57 % for data parallelism)"]
         spread = [f"N={row['world_size']}: {100 * min(map(abs, row['launch_prediction_error'])):.1f}"
                   f"-{100 * max(map(abs, row['launch_prediction_error'])):.1f} %"
                   for row in r["runs"] if len(row.get("launch_prediction_error") or []) > 1]
