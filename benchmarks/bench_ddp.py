@@ -1,5 +1,6 @@
 """The full DDP iteration across world sizes: time, phases, blame, skew, utilisation, scaling."""
 import math
+import statistics
 
 from swinkit import scaling as formulas  # torch-free arithmetic (param 'scaling' below)
 
@@ -35,9 +36,10 @@ class _DDPRun:
         # steps alternate with local ones, which measure the components the oracle predicts
         # it from, under the same co-location); the strong-scaling runs that differ from them
         # under ("strong", world size), for Scaling
+        # (strong runs paired too: Scaling compares them with the weak run they reuse)
         paired = {"paired": True} if accepts(ddp_sweep, "paired") else {}
         return with_strong_scaling(ddp_sweep(preset(), WORLD_SIZES, **paired), preset(),
-                                   WORLD_SIZES)
+                                   WORLD_SIZES, **paired)
 
     def setup(self, sweep, world_size, *_):
         sweep.get(world_size)  # skipped (NotImplementedError) or failed (RuntimeError)
@@ -122,7 +124,10 @@ class Blame(_DDPRun):
 
 class _Predicted(_DDPRun):
     def setup(self, sweep, world_size, *_):
-        if "prediction" not in sweep.get(world_size):
+        run = sweep.get(world_size)
+        if "prediction_failed" in run:
+            raise RuntimeError(f"the prediction failed: {run['prediction_failed']}")
+        if "prediction" not in run:
             raise NotImplementedError("this commit's DDP runs were not paired: no components "
                                       "were measured beside them, so there is no prediction")
 
@@ -141,8 +146,9 @@ class Prediction(_Predicted):
     track_iteration.unit = "s"
 
     def track_error(self, sweep, world_size):
-        """(predicted - measured) / measured, against the launch's own median iteration."""
-        measured = sweep.get(world_size)["iter_s"]
+        """(predicted - measured) / measured, against Iteration.track_iteration's statistic
+        (rank 0's median iteration), as the attribution report holds them."""
+        measured = statistics.median(sweep.get(world_size)["ranks"][0]["iteration"])
         return (self._prediction(sweep, world_size)["predicted_iter_s"] - measured) / measured
     track_error.unit = "ratio"
 

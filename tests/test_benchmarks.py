@@ -155,13 +155,20 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
 
     def fake_run(spec, progress=print):
         specs.append(spec)
-        result = {"iter_s": 2.0}
+        # rank 0's median is 2.0 s (what Iteration.track_iteration reports); the median of
+        # the ranks' medians would be 2.5 s
+        result = {"iter_s": 2.5, "ranks": [{"iteration": [1.9, 2.0, 2.2]},
+                                           {"iteration": [3.0, 3.0, 3.0]}]}
         if spec.paired:
             result["local_run"] = {"from": spec.world_size}
+            for rank in result["ranks"]:
+                rank["local"] = {"timeline": ["a local step"]}
         return result
 
     def fake_predict(local_run, spec):
         assert local_run == {"from": spec.world_size}  # the launch's own components
+        if spec.overrides.get("images_per_rank") == 3:
+            raise ValueError("no buckets were recorded")
         return {"predicted_iter_s": 1.9, "components_s": {"forward": 0.5, "sync_s": 0.1}}
     monkeypatch.setattr(module, "run_ddp", fake_run)
     monkeypatch.setattr(module, "environment", lambda: {})
@@ -170,6 +177,7 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
     sweep = module.ddp_sweep("test", [1, 2], paired=True, progress=lambda line: None)
     assert [s.paired for s in specs] == [True, True]
     assert "local_run" not in sweep.get(2)
+    assert all("local" not in rank for rank in sweep.get(2)["ranks"])  # kept out of the cache
     prediction, part = CLASSES["bench_ddp.Prediction"](), CLASSES["bench_ddp.PredictedPart"]()
     prediction.setup(sweep, 2)
     assert prediction.track_iteration(sweep, 2) == 1.9
@@ -180,6 +188,11 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
     with pytest.raises(NotImplementedError, match="not paired"):
         prediction.setup(unpaired, 1)
     assert accepts(stand_in, "paired") and not accepts(stand_in, "no_such_option")
+    # a prediction that fails leaves the DDP run's own measurements standing, and says why
+    broken = module.ddp_sweep("test", [1], paired=True, images={1: 3}, progress=lambda x: None)
+    assert broken.get(1)["iter_s"] == 2.5
+    with pytest.raises(RuntimeError, match="no buckets were recorded"):
+        prediction.setup(broken, 1)
 
 
 def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch):

@@ -83,8 +83,9 @@ def typical_launch_error(per_launch: list[float]) -> dict:
     """The error of the typical launch, each launch's prediction held to its own run: the
     error of median size, with its sign (of an even count, the larger middle one).
 
-    The median prediction against the median run would pair different launches, and launches
-    of one configuration differed by up to 11 % here: that noise is what pairing removes.
+    The stricter, like-for-like figure: the median prediction against the median run pairs
+    one launch's prediction with another's run (launches of one configuration ran up to 25 %
+    apart here), so its errors can cancel or add by chance.
 
     >>> typical_launch_error([0.01, -0.05, 0.002])["prediction_error"]
     0.01

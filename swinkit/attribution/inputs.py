@@ -184,8 +184,6 @@ def _predicted_from_asv(data: dict, measured: dict[int, Measured]) -> dict[int, 
         if int(ws) not in measured:
             continue
         out[int(ws)] = {"predicted_iter_s": p["value"], "source": "paired",
-                        # one launch: its prediction is held to its own measurement
-                        "launch_predicted_iter_s": [p["value"]],
                         "components_s": {part: v["value"] for (w, part), v in parts.items()
                                          if w == ws}}
     return out

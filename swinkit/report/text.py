@@ -30,7 +30,8 @@ def text_report(r: dict) -> str:
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]
     for row in r["runs"]:
-        err = row.get("prediction_error")
+        # pred s and iter s are medians: err is theirs (the accuracy line below is per launch)
+        err = row.get("prediction_error_of_medians", row.get("prediction_error"))
         lines.append(f"{row['world_size']:>3} {row['iter_s']:>9.4f} {_f(row['speedup'], '{:.2f}'):>8} "
                      f"{_f(row['efficiency'], '{:.2f}'):>6} {_f(row['karp_flatt'], '{:.3f}'):>6} "
                      f"{_f(row.get('predicted_iter_s')):>9} {_f(err, '{:+.1%}'):>7}"

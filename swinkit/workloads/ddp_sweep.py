@@ -48,7 +48,15 @@ def _run(spec: DDPRunSpec, progress) -> dict:
     result = run_ddp(spec, progress=progress)
     if spec.paired:
         from swinkit.workloads.components import predict_from
-        result["prediction"] = predict_from(result.pop("local_run"), spec)
+        local_run = result.pop("local_run")
+        for rank in result["ranks"]:  # the local steps, in local_run too: not in the cache
+            rank.pop("local", None)
+        try:
+            result["prediction"] = predict_from(local_run, spec)
+        except Exception as exc:  # the DDP run's own measurements still stand without it
+            result["prediction_failed"] = f"{type(exc).__name__}: {exc}"
+            progress(f"  world size {spec.world_size}: no prediction: "
+                     f"{result['prediction_failed']}")
     return result
 
 
