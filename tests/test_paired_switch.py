@@ -20,6 +20,7 @@ def _ddp_with_switch(model, options):
     """DDP over the world group whose comm hook is a Switch, as a paired run builds it."""
     ddp = DistributedDataParallel(model, **options.ddp_kwargs())
     switch = Switch.for_options(ddp_hooks.plain_launch, dist.new_group([0]), options)
+    switch.route_buffer_broadcast(ddp)
 
     def hook(_, bucket):
         fut = switch(bucket, dist.group.WORLD, SimpleNamespace(arrive=None), _Clock())
@@ -34,24 +35,32 @@ def _step(ddp, x):
     ddp(x).square().mean().backward()
 
 
-def test_local_steps_broadcast_no_buffers_and_ddp_steps_do(one_rank_group, monkeypatch):
-    """Counted inside DDP (its buffer broadcast), not by swinkit's own records."""
+def test_local_steps_sync_buffers_over_their_group_of_one_and_ddp_steps_over_all(
+        one_rank_group, monkeypatch):
+    """Seen from inside DDP (the group its buffer broadcast is given), not from swinkit's
+    records: every step runs DDP's buffer sync, so its compute (packing, unpacking) is in the
+    local steps too; only the DDP steps send it over the run's group."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
     ddp, switch, run = _ddp_with_switch(model, DDPOptions())
-    calls = []
-    original = ddp._default_broadcast_coalesced
-    monkeypatch.setattr(ddp, "_default_broadcast_coalesced",
-                        lambda *a, **k: (calls.append(switch.local), original(*a, **k))[1])
+    groups = []
+    original = dist._broadcast_coalesced
+    monkeypatch.setattr(dist, "_broadcast_coalesced",
+                        lambda group, *a: (groups.append(group), original(group, *a))[1])
     x = torch.randn(4, 8)
     for local in (False, True, True, False):
-        switch.use(run, local=local)
+        switch.use(local=local)
         _step(ddp, x)
-    assert calls == [False, False]            # one broadcast per DDP step, none in local ones
-    # a run configured without the broadcast gets none in DDP steps either
+    world, alone = ddp.process_group, switch.alone
+    assert world is not alone
+    assert groups == [world, alone, alone, world]   # one broadcast per step, each kind its group
+    # a run configured without the broadcast gets none in either kind of step
     ddp2, switch2, run2 = _ddp_with_switch(torch.nn.Sequential(torch.nn.BatchNorm1d(8)),
                                            DDPOptions(broadcast_buffers=False))
-    switch2.use(run2, local=False)
-    assert not ddp2.will_sync_module_buffers()
+    groups.clear()
+    for local in (False, True):
+        switch2.use(local=local)
+        _step(ddp2, torch.randn(4, 8))
+    assert groups == []
 
 
 def test_local_powersgd_compresses_from_the_first_local_step(one_rank_group):
@@ -62,9 +71,9 @@ def test_local_powersgd_compresses_from_the_first_local_step(one_rank_group):
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
     ddp, switch, run = _ddp_with_switch(model, DDPOptions(comm_hook="powersgd"))
     x = torch.randn(4, 32)
-    switch.use(run, local=False)
+    switch.use(local=False)
     _step(ddp, x)
     _step(ddp, x)
-    switch.use(run, local=True)
+    switch.use(local=True)
     _step(ddp, x)
     assert switch.local_launcher.state.p_memory_dict, "the first local step was not compressed"

@@ -52,6 +52,28 @@ def test_broadcast_is_a_barrier_before_forward():
     assert out["predicted_iter_s"] == pytest.approx(0.89)
 
 
+def test_the_buffer_sync_is_a_barrier_even_when_it_adds_no_time():
+    # The local steps already ran the broadcast over one rank, so over two it may add nothing
+    # (broadcast_s 0), but the ranks still meet before every forward. The stragglers
+    # alternate: in iteration i rank i % 2 computes forward in 0.4 s, the other in 0.2 s;
+    # loading 0.1, backward 0.3, the rest 0.07: a slow cycle 0.87 s, a fast one 0.67 s.
+    # Met before every forward, each iteration waits for its slow rank: 0.87 s. Unmet (no
+    # buckets either), each rank runs its own cycles and both average 0.77 s; the slowest
+    # rank's step ends alternate 0.87 / 0.67 s apart, whose median (5 periods) is 0.67 s.
+    def rank(r):
+        samples = [{"phases_s": _rank(r, 0.1, fwd=0.4 if i % 2 == r else 0.2)
+                    ["positions"][0]["phases_s"], "bucket_ready_s": []} for i in range(6)]
+        out = _rank(r, 0.1, ready=())
+        out["positions"][0]["samples"] = samples
+        return out
+
+    met = _costs([rank(0), rank(1)], comm=(), broadcast=0.0)
+    met["buffer_sync"] = True
+    assert simulate(met)["predicted_iter_s"] == pytest.approx(0.87)
+    unmet = _costs([rank(0), rank(1)], comm=(), broadcast=0.0)
+    assert simulate(unmet)["predicted_iter_s"] == pytest.approx(0.67)
+
+
 def test_accumulation_synchronises_only_the_last_micro_batch():
     # k=2 on one rank. Micro-batch 1 (no_sync): 0.1 + 0.2 + 0.3 + 0.01 + 0 (no optimizer)
     # + 0.01 = 0.62. Micro-batch 2 syncs: forward ends at 0.92; bucket 0 ready at 1.02, done
@@ -345,8 +367,9 @@ def test_time_between_end_and_begin_belongs_to_no_iteration():
 @pytest.mark.slow
 def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     """DDP and local optimizer steps alternate in one launch: the result is the DDP
-    iterations' (their buffer broadcast and real bucket all-reduces), the local ones (no
-    broadcast) come back as a component run the oracle predicts from."""
+    iterations' (their buffer broadcast and real bucket all-reduces), the local ones (the
+    broadcast over the rank's group of one) come back as a component run the oracle predicts
+    from."""
     import torch
 
     from swinkit.workloads.components import module_buffers, predict_from
@@ -362,14 +385,19 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
         names = [[c["name"] for c in it["collectives"]] for it in rank["timeline"]]
         local_names = [[c["name"] for c in it["collectives"]] for it in rank["local"]["timeline"]]
         assert all("buffers" in n for n in names)             # the test preset has BN buffers
-        assert not any("buffers" in n for n in local_names)   # communication left out
+        # DDP's buffer sync runs in the local steps too, over the rank's group of one
+        assert all("buffers" in n for n in local_names)
         assert all(any(x.startswith("bucket") for x in n) for n in local_names)
         assert 0 < rank["contention"]["compute_rate"] <= 1
         # the broadcast is timed on tensors shaped as the module's buffers, all of its bytes
         buffers = module_buffers(rank, torch.device("cpu"))
         assert sum(b.numel() * b.element_size() for b in buffers) == rank["buffer_bytes"]
         assert {b.dtype for b in buffers} == {torch.float32, torch.int64}  # BN stats, counters
-        assert rank["comm"]["broadcast_s"] > 0
+        comm = rank["comm"]
+        assert comm["buffer_sync"] and comm["broadcast_world_s"] > 0 and comm["broadcast_alone_s"] > 0
+        # the oracle adds what two ranks add to the broadcast the local steps already ran
+        assert comm["broadcast_s"] == pytest.approx(
+            max(comm["broadcast_world_s"] - comm["broadcast_alone_s"], 0.0))
     assert out["local_run"]["warmup"] == 0 and len(out["local_run"]["ranks"]) == 2
     pred = predict_from(out["local_run"], spec)
     assert pred["predicted_iter_s"] > 0 and pred["contention"]

@@ -79,10 +79,8 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         "bucket_s": time_collectives(sizes, dtype, device, "all_reduce", cold=True,
                                      same_host=same_host),
         "bucket_hot_s": time_collectives(sizes, dtype, device, "all_reduce"),
-        "broadcast_s": (time_collectives([], None, device, "broadcast_coalesced", cold=True,
-                                         tensors=[module_buffers(result, device)],
-                                         same_host=same_host)[0]
-                        if broadcast else 0.0),
+        **(buffer_broadcast(result, device, rank, same_host) if broadcast
+           else {"broadcast_s": 0.0, "buffer_sync": False}),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
     if "contention" in result:
@@ -92,6 +90,28 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         result["contention"] = rates(alone, loaded["backward_loaded_s"],
                                      sum(result["comm"]["bucket_hot_s"]), loaded["rounds_loaded_s"])
     return result
+
+
+def buffer_broadcast(result: dict, device, rank, same_host: bool) -> dict:
+    """What DDP's buffer broadcast over the N ranks adds to the local steps' forward.
+
+    The local steps already run DDP's buffer sync over this rank's group of one (packing the
+    buffers into one message, unpacking it; :meth:`swinkit.workloads.ddp.Switch.route_buffer_broadcast`),
+    so the oracle adds the broadcast over the N ranks less the same broadcast over one:
+    ``broadcast_s``, 0 at N=1, where the two are the same call. ``buffer_sync``: there is a
+    broadcast, so the ranks meet before every forward, whatever it costs."""
+    tensors = [module_buffers(result, device)]
+    world = time_collectives([], None, device, "broadcast_coalesced", cold=True,
+                             tensors=tensors, same_host=same_host)[0]
+    if rank.world_size == 1:
+        return {"broadcast_s": 0.0, "broadcast_world_s": world, "broadcast_alone_s": world,
+                "buffer_sync": True}
+    # new_group is collective: every rank makes every singleton group, each keeps its own
+    alone_group = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
+    alone = time_collectives([], None, device, "broadcast_coalesced", cold=True,
+                             tensors=tensors, group=alone_group)[0]
+    return {"broadcast_s": max(world - alone, 0.0), "broadcast_world_s": world,
+            "broadcast_alone_s": alone, "buffer_sync": True}
 
 
 def module_buffers(result: dict, device) -> list[torch.Tensor]:
@@ -137,7 +157,7 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
 
 def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
                      tensors: list[list[torch.Tensor]] | None = None,
-                     same_host: bool = True) -> list[float]:
+                     same_host: bool = True, group=None) -> list[float]:
     """Seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
     slowest rank's: the median of the rounds hot, their trimmed mean cold. ``tensors``: the
     entries themselves, instead of zeros of ``sizes``. ``op``:
@@ -148,16 +168,18 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
     as DDP meets it, after compute: on CPU every rank first sweeps a buffer larger than the
     caches (the backward pass has just done so) and its communication threads have idled, and
     the time counts from the last rank's arrival (the ranks' skew is not the collective's;
-    ``same_host``: their clocks are one, else the skew stays in).
+    ``same_host``: their clocks are one, else the skew stays in). ``group``: the process
+    group the entries run over (default: every rank); over a group of one each rank times its
+    own, from its own arrival.
     Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
     after 10 ms of compute or a 64 MB sweep."""
     if tensors is None:
         tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
-    run = _entry_runner(op)
+    run = _entry_runner(op, group)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
         cold and device.type == "cpu") else None
-    one_host = cold and same_host
+    one_host = cold and same_host and group is None
     rounds = []
     for _ in range(COMM_WARMUP + (COLD_COMM_REPS if cold else COMM_REPS)):
         if not cold:
@@ -185,13 +207,15 @@ def trimmed_mean(values: list[float], trim: float = COLD_TRIM) -> float:
     return statistics.fmean(ordered[cut:len(ordered) - cut] or ordered)
 
 
-def _entry_runner(op: str):
+def _entry_runner(op: str, group=None):
+    """``group``'s rank 0 is the source of a broadcast."""
     if op == "all_reduce":
-        return lambda entry: [dist.all_reduce(t) for t in entry]
+        return lambda entry: [dist.all_reduce(t, group=group) for t in entry]
     if op == "broadcast":
-        return lambda entry: [dist.broadcast(t, src=0) for t in entry]
+        return lambda entry: [dist.broadcast(t, group=group or dist.group.WORLD, group_src=0)
+                                for t in entry]
     if op == "broadcast_coalesced":
-        return lambda entry: dist._broadcast_coalesced(dist.group.WORLD, entry,
+        return lambda entry: dist._broadcast_coalesced(group or dist.group.WORLD, entry,
                                                        DDP_BROADCAST_BUCKET_BYTES, 0)
     raise ValueError(f"unknown collective {op!r}")
 
@@ -255,6 +279,8 @@ def costs(run: dict) -> dict:
             "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
             "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
+            # results from before the broadcast was split: a broadcast was timed if it ran
+            "buffer_sync": comm.get("buffer_sync", comm["broadcast_s"] > 0),
             "comm_dtype": comm["dtype"], "bucket_sizes_bytes": run["bucket_sizes_bytes"],
             "local_iter_s": run["per_batch_s"]}
 
