@@ -8,8 +8,9 @@ manner of trace-driven simulators (Zhu et al., "Daydream: Accurately Estimating 
 of Optimizations for DNN Training"; Hu et al., "dPRO: A Generic Performance Diagnosis and
 Optimization Toolkit for Expediting Distributed DNN Training"):
 
-* the buffer broadcast before each forward is a barrier: it starts when the last rank arrives
-  and adds what N ranks add to the broadcast the local steps already ran over one;
+* the buffer broadcast before each optimizer step's first forward is a barrier: it starts when
+  the last rank arrives and adds what N ranks add to the broadcast the local steps already ran
+  over one;
 * bucket j's all-reduce starts when every rank has it ready (plus any injected launch delay
   on that rank) and the previous collective is done (one collective at a time, in order, as
   gloo and NCCL run DDP's buckets); it takes its isolated time, except that while it overlaps
@@ -66,7 +67,9 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
             ready = {rank: v["bucket_ready_s"] for rank, v in this.items()}
             for r in t:
                 t[r] += ph[r]["data_wait"]
-            if costs.get("buffer_sync", broadcast > 0):
+            # DDP syncs buffers in a forward after one that synchronised gradients: with
+            # accumulation only the first micro-batch's (no_sync forwards clear DDP's flag)
+            if p == 0 and costs.get("buffer_sync", broadcast > 0):
                 comm_free = max(max(t.values()), comm_free) + broadcast
                 t = dict.fromkeys(t, comm_free)
             forward_end = {r: t[r] + ph[r]["forward"] for r in t}

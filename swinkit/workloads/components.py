@@ -15,7 +15,9 @@ processes at once, the same thread policy, the same loader workers, the same DDP
    (:mod:`swinkit.measure.contention`; at N > 1 only).
 3. **Communication without compute.** Then the same N processes all-reduce tensors of the run's
    own bucket sizes (in the hook's dtype, or PowerSGD's factors), one bucket at a time, and
-   broadcast the module buffers (DDP's buffer broadcast); the slowest rank's time per bucket.
+   broadcast the module buffers as DDP does, over the N ranks and over each rank alone (the
+   loop of step 1 already ran the latter; the oracle adds the difference); the slowest rank's
+   time per bucket.
 
 :mod:`swinkit.attribution.oracle` combines the two into a predicted iteration.
 """
@@ -110,6 +112,7 @@ def buffer_broadcast(result: dict, device, rank, same_host: bool) -> dict:
     alone_group = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
     alone = time_collectives([], None, device, "broadcast_coalesced", cold=True,
                              tensors=tensors, group=alone_group)[0]
+    # clamped: the difference of two noisy times, and N ranks cannot broadcast faster than one
     return {"broadcast_s": max(world - alone, 0.0), "broadcast_world_s": world,
             "broadcast_alone_s": alone, "buffer_sync": True}
 
@@ -211,12 +214,11 @@ def _entry_runner(op: str, group=None):
     """``group``'s rank 0 is the source of a broadcast."""
     if op == "all_reduce":
         return lambda entry: [dist.all_reduce(t, group=group) for t in entry]
+    group = dist.group.WORLD if group is None else group
     if op == "broadcast":
-        return lambda entry: [dist.broadcast(t, group=group or dist.group.WORLD, group_src=0)
-                                for t in entry]
+        return lambda entry: [dist.broadcast(t, group=group, group_src=0) for t in entry]
     if op == "broadcast_coalesced":
-        return lambda entry: dist._broadcast_coalesced(group or dist.group.WORLD, entry,
-                                                       DDP_BROADCAST_BUCKET_BYTES, 0)
+        return lambda entry: dist._broadcast_coalesced(group, entry, DDP_BROADCAST_BUCKET_BYTES, 0)
     raise ValueError(f"unknown collective {op!r}")
 
 

@@ -74,8 +74,9 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
            bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool,
            paired: bool = False) -> RankRun:
     """``local``: DDP over this rank alone with a hook that communicates nothing (the component
-    measurement: DDP's bucketing, hooks and buffers without the collectives). ``paired``: DDP
-    over every rank whose hook can be switched to the local one (:class:`Switch`)."""
+    measurement: DDP's bucketing, hooks and buffer sync, with nothing sent to another rank). ``paired``: DDP
+    over every rank whose hook and buffer broadcast can be switched to the local ones
+    (:class:`Switch`)."""
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
@@ -104,6 +105,9 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     if paired:
         launcher = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
         launcher.route_buffer_broadcast(ddp)
+        # NCCL makes a group's communicator on its first collective: here, not inside the
+        # first measured local forward
+        dist._broadcast_coalesced(singleton, [torch.zeros(1, device=dev)], 1 << 20, 0)
         ddp_timers = False  # DDP's running averages would mix both kinds of iteration
     buckets = None
     if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
@@ -136,7 +140,7 @@ def _step(run: RankRun, it: int) -> None:
         run.skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
     data = run.model.data_preprocessor(batch, training=True)
     tl.mark("data_wait")
-    if run.buffers and run.ddp.broadcast_buffers:
+    if run.buffers and run.ddp.will_sync_module_buffers():  # not after a no_sync forward
         run.buffers.start(tl.current.marks[-1][1])  # arrival at the buffer broadcast
     with contextlib.nullcontext() if sync else run.ddp.no_sync():
         loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
@@ -192,7 +196,9 @@ class Switch:
 
         DDP has no public way to give the buffer broadcast its own group; its
         ``_distributed_broadcast_coalesced`` is the one line that names the group, so this
-        instance's copy of it is replaced by the same call with the group switched."""
+        instance's copy of it is replaced by the same call with the group switched. (Not
+        routed, as swinkit uses neither: DDP's Join, whose rank agreement all-reduces over
+        every rank, and buffer comm hooks, which bypass this method.)"""
         def broadcast(tensors, buffer_size, authoritative_rank=0):
             if self.local:  # this rank is rank 0 of its group of one
                 dist._broadcast_coalesced(self.alone, tensors, buffer_size, 0)
