@@ -415,6 +415,9 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
         # DDP's buffer sync runs in the local steps too, over the rank's group of one
         assert all("buffers" in n for n in local_names)
         assert all(any(x.startswith("bucket") for x in n) for n in local_names)
+        # the local steps meet where DDP would hold the ranks; DDP steps meet through DDP
+        assert all(n.count("meet") == 2 for n in local_names)
+        assert not any("meet" in n for n in names)
         assert 0 < rank["contention"]["compute_rate"] <= 1
         # the broadcast is timed on tensors shaped as the module's buffers, all of its bytes
         buffers = module_buffers(rank, torch.device("cpu"))

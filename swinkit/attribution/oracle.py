@@ -20,6 +20,10 @@ Optimization Toolkit for Expediting Distributed DNN Training"):
   DDP's finalisation (measured locally) and the optimizer run;
 * with gradient accumulation only the last micro-batch of a step synchronises gradients.
 
+The local steps met the other ranks at the same two points (the buffer sync, the end of a
+synchronising backward), so that their compute contended as DDP's does; their waits there are
+left out of the costs, and the replay puts back the waits of the run it predicts.
+
 Each rank's measured iterations are replayed in order, the i-th of every rank side by side
 (they ran at the same time, co-located), so a rank late in one iteration makes the others wait
 in that one; the predicted iteration is the median period of the replayed steps after the

@@ -27,6 +27,10 @@ from typing import Any, Callable
 
 from swinkit.measure.phases import PHASES
 
+# A barrier swinkit adds to local steps where DDP would make the ranks meet
+# (swinkit.workloads.meet): a wait the oracle replays, not work of the phase it fell in.
+MEET = "meet"
+
 
 class HostClock:
     """perf_counter marks (CPU ranks)."""
@@ -169,6 +173,28 @@ def phase_durations(iteration: dict) -> dict[str, float]:
     out = dict.fromkeys(PHASES, 0.0)
     for name, t0, t1 in phase_intervals(iteration):
         out[name] += t1 - t0
+    return out
+
+
+def work_durations(iteration: dict) -> dict[str, float]:
+    """:func:`phase_durations` less the :data:`MEET` waits inside each phase: what the rank
+    did itself in a local step that met the others.
+
+    >>> it = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 5.0], ["backward", 7.0],
+    ...                 ["exposed_comm", 9.0], ["optimizer", 10.0]],
+    ...       "collectives": [{"name": "meet", "arrive": 1.0, "done": 3.0},
+    ...                       {"name": "meet", "arrive": 7.5, "done": 8.5}]}
+    >>> d = work_durations(it); d["forward"], d["exposed_comm"], d["backward"]
+    (2.0, 1.0, 2.0)
+    """
+    out = phase_durations(iteration)
+    spans = phase_intervals(iteration)
+    for c in iteration["collectives"]:
+        if c["name"] != MEET:
+            continue
+        # the phase the meeting began in; it ends there too (no mark is taken inside it)
+        phase = next(name for name, t0, t1 in spans if t0 <= c["arrive"] < t1)
+        out[phase] -= c["done"] - c["arrive"]
     return out
 
 

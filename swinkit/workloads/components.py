@@ -9,6 +9,9 @@ processes at once, the same thread policy, the same loader workers, the same DDP
    process group of one whose comm hook sends nothing (a compression hook still runs its casts,
    PowerSGD its matrix products): data loading, the preprocessor, forward, backward, the
    optimizer and what is left over (``other``), and when each gradient bucket became ready.
+   At N > 1 the ranks meet where DDP would hold them (:mod:`swinkit.workloads.meet`), so their
+   forwards and optimizer steps contend with each other as in DDP; the waits are left out of
+   the costs, as the oracle replays them.
 2. **The two beside each other.** A few more iterations of that loop with a thread
    all-reducing the run's own bucket payloads beside it: how much slower backward runs with
    an all-reduce in flight, and the all-reduces with backward running
@@ -32,7 +35,7 @@ import torch.distributed as dist
 from swinkit.attribution.oracle import simulate
 from swinkit.measure.contention import CommLoad, rates
 from swinkit.measure.ddp_hooks import bucket_sizes_bytes
-from swinkit.measure.timeline import phase_durations
+from swinkit.measure.timeline import phase_durations, work_durations
 from swinkit.measure.timing import timed
 from swinkit.workloads.ddp import ddp_rank
 
@@ -251,7 +254,7 @@ def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:
     positions = []
     for p in range(k):
         its = iterations[p::k]
-        phases = [phase_durations(it) for it in its]
+        phases = [work_durations(it) for it in its]  # the meetings are the replay's to add
         ready = [_ready_offsets(it) for it in its]
         n_buckets = max((len(r) for r in ready), default=0)
         positions.append({

@@ -40,6 +40,7 @@ from swinkit.workloads.ddp_options import DDPOptions
 from swinkit.workloads.errors import out_of_memory_named
 from swinkit.workloads.inject import (GATE, Injection, add_compute_delay, add_data_delay,
                                       comm_launcher)
+from swinkit.workloads.meet import Meet
 
 
 @dataclass
@@ -68,6 +69,8 @@ class RankRun:
     cut: dict = field(default_factory=dict)
     skipped: list = field(default_factory=list)
     injected: list = field(default_factory=list)
+    # local steps at N > 1: meet the other ranks where DDP would (swinkit.workloads.meet)
+    meet: Meet | None = None
 
 
 def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
@@ -123,9 +126,10 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     optim, schedulers = build_optimizer(cfg, model)
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
                           seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
+    meet = Meet(dev, on=local) if (local or paired) and rank.world_size > 1 else None
     return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
                    buckets, buffers, stats, options=options, memory_baseline=memory_baseline,
-                   nvml=NvmlSampler(rank.local_rank) if cuda else None)
+                   nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet)
 
 
 def _step(run: RankRun, it: int) -> None:
@@ -140,14 +144,19 @@ def _step(run: RankRun, it: int) -> None:
         run.skipped += [s for d in batch["data_samples"] for s in d.metainfo.get("skipped_samples", [])]
     data = run.model.data_preprocessor(batch, training=True)
     tl.mark("data_wait")
-    if run.buffers and run.ddp.will_sync_module_buffers():  # not after a no_sync forward
-        run.buffers.start(tl.current.marks[-1][1])  # arrival at the buffer broadcast
+    meet = run.meet if run.meet and run.meet.on else None
+    if run.ddp.will_sync_module_buffers():  # not after a no_sync forward
+        # a local step meets where DDP's buffer broadcast would hold the ranks
+        arrival = meet(tl) if meet else tl.current.marks[-1][1]
+        run.buffers and run.buffers.start(arrival)  # arrival at the buffer broadcast
     with contextlib.nullcontext() if sync else run.ddp.no_sync():
         loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
         tl.mark("forward")
         if run.buckets:
             run.buckets.reset()
         loss.backward()
+    if sync and meet:  # and where DDP's last gradient all-reduce would
+        meet(tl)
     if tl.enabled:
         ddp_hooks.record_grad_sync(tl, run.buckets)
     if sync:
@@ -288,6 +297,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.timeline.end()
                 dist.barrier()
             switch and switch.use(local=kind == "local")
+            if switch and run.meet:
+                run.meet.on = kind == "local"
             run.starts.append(time.perf_counter())
             _step(run, it)
             run.stats and run.stats.poll()
@@ -299,6 +310,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         load = comm_load(run) if comm_load is not None else None
         if load is not None:
             switch and switch.use(local=True)
+            # no meetings beside the load: the ranks may run different numbers of these
+            # iterations (each stops when its own thread has timed enough rounds)
+            run.meet = None
             _beside_comm_load(run, rank, load, first=len(order))
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
