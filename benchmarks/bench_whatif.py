@@ -40,7 +40,11 @@ class Remedy:
         if runnable:
             sweep.run("what_if", lambda: what_if(
                 preset(), runnable, [CATALOGUE[n] for n in REMEDIES if n != "baseline"],
-                iters=6, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1]), print)
+                iters=6, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1],
+                # unpaired: a paired run's own components would add ~1 min to the default
+                # asv run, which must stay within 15; `tools/attribute.py --run --what-if`
+                # pairs them
+                paired=False), print)
         return sweep
 
     def setup(self, sweep, world_size, remedy):

@@ -214,6 +214,24 @@ def test_judge_holds_only_where_the_remedy_changed_something():
     assert row["changes_iteration"] is False and row["holds"] is None
 
 
+def test_a_miss_that_the_runs_own_launch_predicts_is_blamed_on_the_launches():
+    common = dict(what="", overrides={}, world_size=2, reference_iter_s=1.0,
+                  predicted_reference_s=1.0, predicted_phases={"forward": 0.5},
+                  measured_phases={"forward": 0.6}, baseline_iter_s=1.0, noise_s=0.02)
+    # written beforehand 0.96 against 0.8 measured: 20 % off. From the run's own launch 0.82:
+    # 2.5 % off, and that launch's components ran 1.2 / 1.0 - 1 = 20 % faster
+    row = judge(name="a", predicted_iter_s=0.96, measured_iter_s=0.8,
+                in_launch_predicted_iter_s=0.82, components_shift=0.2, **common)
+    assert row["holds"] is False
+    assert row["in_launch_prediction_error"] == pytest.approx(0.025)
+    assert row["why_not"] == ("launch to launch: from the run's own launch the prediction is "
+                              "+2.5% off; its components ran +20% against the run's own")
+    # the run's own launch misses too (0.9: 12.5 % off): the oracle, not the launches
+    row = judge(name="b", predicted_iter_s=0.96, measured_iter_s=0.8,
+                in_launch_predicted_iter_s=0.9, components_shift=0.05, **common)
+    assert row["why_not"].startswith("forward")
+
+
 def test_powersgd_payload_follows_torch_compression_rule():
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
@@ -325,6 +343,8 @@ def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
     assert set(rows) == {(p["name"], p["world_size"]) for p in written}
     for row in rows.values():
         assert row["predicted_iter_s"] > 0 and row["measured_iter_s"] > 0
+        # each run was paired: predicted again from its own launch's components
+        assert row["in_launch_predicted_iter_s"] > 0 and row["components_shift"] is not None
         assert row["overrides"] == ({} if row["name"] == "baseline" else {"ddp.comm_hook": "bf16"})
     # the baseline at its smallest world size is the efficiency reference: 1 by definition
     assert rows[("baseline", 1)]["efficiency_before"] == pytest.approx(1.0)
@@ -459,13 +479,21 @@ def test_remedies_run_only_where_asked_and_the_baseline_everywhere(monkeypatch):
 
     def fake_run(spec, progress=print):
         calls.append(("run", spec.ddp.comm_hook, spec.world_size))
-        return {"per_batch_s": 1.0 + spec.world_size / 10, "phases_s": {}, "iteration_stats": {}}
+        assert spec.paired  # each run measures its own components too
+        return {"per_batch_s": 1.0 + spec.world_size / 10, "phases_s": {}, "iteration_stats": {},
+                "local_run": {"world_size": spec.world_size}}
 
     def fake_predict(spec, progress=print):
         calls.append(("predict", spec.ddp.comm_hook, spec.world_size))
-        return {"predicted_iter_s": 1.0 + spec.world_size / 10, "components_s": {}}
+        return {"predicted_iter_s": 1.0 + spec.world_size / 10, "components_s": {},
+                "local_iter_s": 1.0}
+
+    def fake_predict_from(local_run, spec):  # from the run's own launch: 10 % high
+        assert local_run == {"world_size": spec.world_size}
+        return {"predicted_iter_s": 1.1 * (1.0 + spec.world_size / 10), "local_iter_s": 0.8}
     monkeypatch.setattr(whatif_run, "run_ddp", fake_run)
     monkeypatch.setattr(whatif_run, "predict_run", fake_predict)
+    monkeypatch.setattr(whatif_run, "predict_from", fake_predict_from)
     out = whatif_run.what_if("test", [1, 2], [CATALOGUE["bf16_hook"]], iters=2, warmup=1,
                              progress=lambda line: None, remedy_world_sizes=[2])
     expected = {(None, 1), (None, 2), ("bf16", 2)}
@@ -480,3 +508,5 @@ def test_remedies_run_only_where_asked_and_the_baseline_everywhere(monkeypatch):
     # per rank over 2 images / 1.1 s
     row = next(r for r in out["what_if"] if r["name"] == "bf16_hook")
     assert row["efficiency_after"] == pytest.approx(1.1 / 1.2)
+    assert row["in_launch_prediction_error"] == pytest.approx(0.1)
+    assert row["components_shift"] == pytest.approx(1.0 / 0.8 - 1)

@@ -16,7 +16,9 @@ NOISE_SIGMAS = 2.0   # a change below 2 sigma is not a change
 def judge(name: str, what: str, overrides: dict, world_size: int, predicted_iter_s: float,
           measured_iter_s: float, baseline_iter_s: float, noise_s: float,
           reference_iter_s: float, predicted_reference_s: float,
-          predicted_phases: dict, measured_phases: dict) -> dict:
+          predicted_phases: dict, measured_phases: dict,
+          in_launch_predicted_iter_s: float | None = None,
+          components_shift: float | None = None) -> dict:
     """One row of the report's ``what_if`` list.
 
     Efficiencies are weak scaling (the same images per rank at every N) against the baseline's
@@ -25,6 +27,11 @@ def judge(name: str, what: str, overrides: dict, world_size: int, predicted_iter
     efficiency = reference / iteration (N cancels: N x images / (N x iteration) per rank, over
     the reference's). ``efficiency_before`` is the baseline's at N, ``efficiency_after`` the
     remedy's, and ``predicted_efficiency`` uses predictions throughout.
+
+    ``in_launch_predicted_iter_s``: the oracle's prediction from the components measured in
+    the run's own launch (a paired run); ``components_shift``: how much slower (+) the
+    components ran in the prediction's launch than in the run's. A prediction that misses
+    while the in-launch one holds is blamed on the launches, with that shift.
     """
     acc = accuracy(predicted_iter_s, measured_iter_s)
     change = measured_iter_s - baseline_iter_s
@@ -40,12 +47,25 @@ def judge(name: str, what: str, overrides: dict, world_size: int, predicted_iter
         "predicted_efficiency": predicted_reference_s / predicted_iter_s,
     }
     row["holds"] = abs(acc["prediction_error"]) <= TOLERANCE if changed else None
-    row["why_not"] = None if row["holds"] is not False else _why(predicted_phases, measured_phases)
+    if in_launch_predicted_iter_s:
+        own = accuracy(in_launch_predicted_iter_s, measured_iter_s)["prediction_error"]
+        row.update(in_launch_predicted_iter_s=in_launch_predicted_iter_s,
+                   in_launch_prediction_error=own, components_shift=components_shift)
+    row["why_not"] = None if row["holds"] is not False else _why(row, predicted_phases,
+                                                                 measured_phases)
     return row
 
 
-def _why(predicted: dict, measured: dict) -> str:
-    """The phase where the prediction's components and the run's phases differ most."""
+def _why(row: dict, predicted: dict, measured: dict) -> str:
+    """The launches, where the prediction from the run's own launch holds; else the phase
+    where the prediction's components and the run's phases differ most."""
+    own = row.get("in_launch_prediction_error")
+    if own is not None and abs(own) <= TOLERANCE:
+        shift = row.get("components_shift")
+        apart = "" if shift is None else (f"; its components ran {shift:+.0%} against the "
+                                          "run's own")
+        return (f"launch to launch: from the run's own launch the prediction is {own:+.1%} "
+                f"off{apart}")
     keys = [k for k in predicted if k in measured]
     if not keys:
         return "no measured phases to compare"

@@ -133,7 +133,7 @@ def _what_if(r: dict) -> list[str]:
     lines = ["", "what-ifs, predicted from components then run (s per iteration; efficiency "
                  "against the baseline's smallest run):",
              f"  {'remedy':<20}{'N':>3}{'predicted':>11}{'measured':>10}{'error':>8}"
-             f"{'E before':>10}{'E after':>9}  verdict"]
+             f"{'own':>8}{'E before':>10}{'E after':>9}  verdict"]
     for row in rows:
         if "holds" not in row:  # read back from asv: no noise floor stored with it
             verdict = ("within 10 %" if abs(row["prediction_error"]) <= 0.10
@@ -146,8 +146,12 @@ def _what_if(r: dict) -> list[str]:
             verdict = f"prediction off: {row['why_not']}"
         lines.append(f"  {row['name']:<20}{row['world_size']:>3}{row['predicted_iter_s']:>11.4f}"
                      f"{row['measured_iter_s']:>10.4f}{row['prediction_error']:>+8.1%}"
+                     f"{_f(row.get('in_launch_prediction_error'), '{:+.1%}'):>8}"
                      f"{_f(row['efficiency_before'], '{:.2f}'):>10}"
                      f"{_f(row['efficiency_after'], '{:.2f}'):>9}  {verdict}")
+    if any(row.get("in_launch_prediction_error") is not None for row in rows):
+        lines.append("  own: the error of the prediction from the components the run's own "
+                     "launch measured beside its DDP steps (written after, never shown them)")
     corr = {ws: v for ws, v in (r.get("what_if_rank_correlation") or {}).items() if v is not None}
     if corr:
         lines.append("  ranking of remedies, predicted vs measured (Spearman): "

@@ -5,17 +5,26 @@ configuration and co-location (:mod:`swinkit.workloads.components`: the training
 nothing communicated, then the collectives the remedy would send) and the oracle
 (:mod:`swinkit.attribution.oracle`) predicts the iteration. Every prediction is made, and
 written, before any remedy's DDP run starts; then the runs measure what the remedies really do.
+
+A launch here can run 10-40 % faster or slower than another of the same configuration (where
+its memory and threads landed, what else the machine ran), so a prediction from one launch
+held to another's run mixes the oracle's error with that. The runs are therefore paired
+(:func:`swinkit.workloads.ddp.schedule`): each also measures its own components, and the oracle
+predicts the run again from those (``in_launch_predicted_iter_s``), never having seen its DDP
+steps. Where the prediction written beforehand misses and the in-launch one holds, the miss was
+the launches', and the report says so.
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from swinkit.attribution.oracle import accuracy, rank_correlation
 from swinkit.attribution.whatif import judge
 from swinkit.config import load_config
 from swinkit.dist import LaunchConfig
 from swinkit.files import write_json_atomic
-from swinkit.workloads.components import predict_run
+from swinkit.workloads.components import predict_from, predict_run
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 from swinkit.workloads.inject import Injection
 from swinkit.workloads.remedies import Remedy
@@ -33,10 +42,12 @@ def base_spec(preset: str, world_size: int, iters: int, warmup: int,
 
 def what_if(preset: str, world_sizes, remedies: list[Remedy], iters: int = 10, warmup: int = 3,
             injection: Injection | None = None, predictions_path=None, progress=print,
-            remedy_world_sizes=None) -> dict:
+            remedy_world_sizes=None, paired: bool = True) -> dict:
     """Predict every (remedy, world size), write the predictions, then run each and compare.
     ``remedy_world_sizes``: where the remedies run (default: every world size); the baseline
     runs at every one of ``world_sizes``, the smallest being the efficiency's reference.
+    ``paired``: each run also measures its own components (see the module docstring); about
+    twice the iterations per run.
 
     Returns ``{"what_if": [...], "what_if_rank_correlation": {ws: rho}, "baseline": {...}}``
     (see :func:`swinkit.attribution.whatif.judge` for each row's fields)."""
@@ -58,7 +69,12 @@ def what_if(preset: str, world_sizes, remedies: list[Remedy], iters: int = 10, w
     measured = {}
     for n, ((name, ws), spec) in enumerate(specs.items(), 1):
         progress(f"[run {n}/{len(specs)}] {name} at world size {ws}: DDP")
-        measured[(name, ws)] = run_ddp(spec, progress=progress)
+        run = run_ddp(replace(spec, paired=paired), progress=progress)
+        if paired:
+            own = predict_from(run.pop("local_run"), spec)
+            run.update(in_launch_predicted_iter_s=own["predicted_iter_s"],
+                       in_launch_local_iter_s=own["local_iter_s"])
+        measured[(name, ws)] = run
     return assemble(plans, world_sizes, predictions, measured)
 
 
@@ -79,7 +95,9 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
                 baseline_iter_s=base["per_batch_s"],
                 noise_s=_noise(base, run), reference_iter_s=base1["per_batch_s"],
                 predicted_reference_s=pbase1["predicted_iter_s"],
-                predicted_phases=pred["components_s"], measured_phases=run.get("phases_s", {})))
+                predicted_phases=pred["components_s"], measured_phases=run.get("phases_s", {}),
+                in_launch_predicted_iter_s=run.get("in_launch_predicted_iter_s"),
+                components_shift=_shift(pred.get("local_iter_s"), run.get("in_launch_local_iter_s"))))
     correlation = {}
     for ws in world_sizes:
         these = [r for r in rows if r["world_size"] == ws]
@@ -90,6 +108,13 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
                 for ws in world_sizes}
     return {"what_if": rows, "what_if_rank_correlation": correlation,
             "what_if_baseline_accuracy": baseline}
+
+
+def _shift(predicted_launch_s: float | None, run_launch_s: float | None) -> float | None:
+    """How much slower (+) the components ran in the prediction's launch than in the run's."""
+    if not predicted_launch_s or not run_launch_s:
+        return None
+    return predicted_launch_s / run_launch_s - 1
 
 
 def _noise(base: dict, run: dict) -> float:
