@@ -87,6 +87,29 @@ def test_loss_under_the_noise_floor_of_paired_launches_gets_no_shares():
     assert rows[1]["efficiency_interval"] == pytest.approx([0.9 / 0.95, 1.1 / 1.10])
 
 
+def test_a_loss_every_launch_shows_alone_is_significant_under_a_wide_launch_spread():
+    """Two paired launches lost 0.063 and 0.143 s (one launch slowed by the machine): the
+    spread of the differences is 0.08 / sqrt(2) = 0.0566, floor 0.1131 > the median loss 0.103.
+    Each launch alone: IQR/median 0.05 of 0.10 s and 0.10 of 0.163 s -> sigma
+    hypot(0.005, 0.0163) / 1.349 = 0.01264, floor 0.0253 < 0.063; the second pair likewise
+    (0.0177 / 1.349 -> floor 0.0263 < 0.143): both are losses beyond their own noise, so the
+    loss is significant. If the second launch had gained instead, it would not be."""
+    ref, run = _m(1, forward=0.1), _m(2, forward=0.1, data_wait=0.103)
+    ref.launch_iter_s, run.launch_iter_s = [0.100, 0.100], [0.163, 0.243]
+    ref.launch_iqr_ratio, run.launch_iqr_ratio = [0.05, 0.05], [0.10, 0.07]
+    split = split_loss(ref, run)
+    assert split["noise_floor_s"] == pytest.approx(0.11314, abs=1e-4)
+    assert split["noise_floor_s"] > split["lost_s"]
+    assert split["significant"] and split["significant_in_every_launch"]
+    assert split["shares_pct"] == pytest.approx({"data_wait": 100.0})
+    # the same launches with the second one a gain: they disagree, so nothing is significant
+    run.launch_iter_s = [0.163, 0.060]
+    assert not split_loss(ref, run)["significant"]
+    # or with the first loss inside its own launch's noise (IQR/median 0.5 of 0.163 s)
+    run.launch_iter_s, run.launch_iqr_ratio = [0.163, 0.243], [0.5, 0.07]
+    assert not split_loss(ref, run)["significant"]
+
+
 def test_noise_floor_from_one_launch_uses_iteration_spread_in_quadrature():
     """One launch each: IQR/median 0.1 of 1.0 s and 0.2 of 1.5 s -> sigmas 0.1/1.349 and
     0.3/1.349 -> spread hypot = 0.2344, floor 0.4688 < lost 0.5: significant (adding the IQRs

@@ -9,7 +9,8 @@ reference for the lost time is world size 1 (scaling) or another run at the same
 Medians do not add up, so the split is not an identity: ``residual`` is the measured change of
 the median iteration minus the sum of the components' changes, and it is shown. A loss smaller
 than twice its spread (across repeated launches where there are several; within one launch's
-iterations otherwise) is reported as not significant instead of being divided into shares.
+iterations otherwise) is reported as not significant instead of being divided into shares,
+unless every paired launch shows it beyond its own iterations' noise, in the same direction.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class Measured:
         iter_iqr_ratio: IQR / median of the iterations of one launch (spread within a launch).
         launch_iter_s: each repeated launch's median iteration, in launch order; launches of
             different world sizes were interleaved, so the k-th of each pair up.
+        launch_iqr_ratio: each repeated launch's IQR / median of its iterations, same order.
     """
     world_size: int
     iter_s: float
@@ -42,6 +44,7 @@ class Measured:
     iter_iqr_ratio: float | None = None
     samples: int | None = None
     launch_iter_s: list[float] = field(default_factory=list)
+    launch_iqr_ratio: list[float] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     def scaled(self, ratio: float) -> "Measured":
@@ -51,7 +54,8 @@ class Measured:
         return Measured(self.world_size, self.iter_s * ratio,
                         {c: v * ratio for c, v in self.components_s.items()},
                         self.iter_iqr_ratio, self.samples,
-                        [t * ratio for t in self.launch_iter_s], dict(self.extra))
+                        [t * ratio for t in self.launch_iter_s], list(self.launch_iqr_ratio),
+                        dict(self.extra))
 
     @property
     def unstable(self) -> bool:
@@ -80,12 +84,36 @@ def lost_spread(reference: Measured, run: Measured) -> tuple[float | None, str]:
     return math.hypot(*sigmas), "iterations of one launch (launch-to-launch noise not included)"
 
 
+def beyond_noise_in_every_launch(reference: Measured, run: Measured) -> bool:
+    """True when each paired launch, judged alone by its own iterations' spread (as a single
+    launch is), changed by more than twice that spread, and all in the same direction.
+
+    Two or three launches estimate the launch-to-launch spread poorly: one launch slowed by
+    the machine inflates it past a loss that every launch shows. Agreement of launches that
+    are each significant alone is the second test such a loss passes; a loss that only the
+    pooled median shows, or that changes sign between launches, does not pass it.
+    """
+    pairs = list(zip(reference.launch_iter_s, run.launch_iter_s,
+                     reference.launch_iqr_ratio, run.launch_iqr_ratio))
+    if len(pairs) < 2 or len(pairs) != len(reference.launch_iter_s):
+        return False
+    signs = set()
+    for ref_s, run_s, ref_iqr, run_iqr in pairs:
+        spread = math.hypot(ref_iqr * ref_s, run_iqr * run_s) / IQR_PER_SIGMA
+        if abs(run_s - ref_s) <= 2 * spread:
+            return False
+        signs.add(run_s > ref_s)
+    return len(signs) == 1
+
+
 def split_loss(reference: Measured, run: Measured) -> dict:
     """Split ``run.iter_s - reference.iter_s`` over the components' growth.
 
     Returns ``lost_s``, ``growth_s`` (signed seconds per component), ``residual_s`` (the
     change of the median iteration that the component medians do not explain), the noise
-    floor (``spread_s``, ``noise_floor_s`` = 2 x spread, ``significant``) and, for a
+    floor (``spread_s``, ``noise_floor_s`` = 2 x spread, ``significant``; a change under the
+    floor is still significant when every paired launch shows it beyond its own iterations'
+    noise, ``significant_in_every_launch``) and, for a
     significant loss, ``shares_pct``: each component's part of the time that grew, in percent
     (components that shrank are listed in ``gains_s`` instead, so no share is negative or
     above 100). A significant gain (``lost_s`` < 0) has no shares: it is a gain.
@@ -97,10 +125,13 @@ def split_loss(reference: Measured, run: Measured) -> dict:
     spread, spread_from = lost_spread(reference, run)
     floor = None if spread is None else 2 * spread
     significant = floor is None or abs(lost) > floor
+    by_every_launch = not significant and beyond_noise_in_every_launch(reference, run)
+    significant = significant or by_every_launch
     out = {"lost_s": lost, "growth_s": growth, "residual_s": residual,
            "residual_of_iter": abs(residual) / run.iter_s if run.iter_s else math.nan,
            "spread_s": spread, "spread_from": spread_from, "noise_floor_s": floor,
-           "significant": significant, "kind": "loss" if lost > 0 else "gain",
+           "significant": significant, "significant_in_every_launch": by_every_launch,
+           "kind": "loss" if lost > 0 else "gain",
            "lost_interval_s": _interval([b - a for a, b in zip(reference.launch_iter_s,
                                                               run.launch_iter_s)]),
            "shares_pct": None, "gains_s": {}}

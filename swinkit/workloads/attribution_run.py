@@ -123,5 +123,6 @@ def _measured(world_size: int, runs: list[dict]) -> Measured:
     return Measured(world_size, med(r["iter_s"] for r in runs),
                     {c: med(r["blame_s"][c] for r in runs) for c in COMPONENTS},
                     stats["iqr_ratio"], stats["n"], launch_iter_s=[r["iter_s"] for r in runs],
+                    launch_iqr_ratio=[r["iteration_stats"]["0"]["iqr_ratio"] for r in runs],
                     extra={"straggler": straggler(caused), "skew_s": runs[0]["skew_s"],
                            "images_per_rank": runs[0]["images_per_rank"]})
