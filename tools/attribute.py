@@ -35,7 +35,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
     p.add_argument("--iters", type=int, default=None,
                    help="with --run: measured iterations per launch (default: for the "
-                        "attribution the preset's measured_iters, 10 for the real presets, 30 "
+                        "attribution the preset's measured_iters, 10 for the real presets, 100 "
                         "for test; 10 for --engine and --what-if)")
     p.add_argument("--repeats", type=int, default=3,
                    help="with --run: launches per world size, interleaved (default 3): the lost "

@@ -7,9 +7,11 @@ resize_scale = (256, 64)
 images_per_rank = 2
 loader_workers = 0
 warmup_iters = 2
-# A 0.1 s iteration on 2 shared cores moves by several % from one to the next: medians of 10
-# iterations per launch differed by up to 6 %, so 30 (3 s of measurement per launch).
-measured_iters = 30
+# A 0.1 s iteration on 2 shared cores moves by 5-10 % from one to the next: medians of 10
+# iterations per launch differed by up to 6 %, and with 30 a launch's prediction error still
+# wandered by 2-3 % from sampling alone; 100 (10 s of DDP steps per launch) held every launch
+# of a series within 2.9 %.
+measured_iters = 100
 model = dict(
     backbone=dict(arch=dict(_delete_=True, embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 1, 2, 2)),
                   window_size=4, pretrained_window_sizes=0, drop_path_rate=0.0),
