@@ -88,26 +88,49 @@ def test_loss_under_the_noise_floor_of_paired_launches_gets_no_shares():
 
 
 def test_a_loss_every_launch_shows_alone_is_significant_under_a_wide_launch_spread():
-    """Two paired launches lost 0.063 and 0.143 s (one launch slowed by the machine): the
-    spread of the differences is 0.08 / sqrt(2) = 0.0566, floor 0.1131 > the median loss 0.103.
-    Each launch alone: IQR/median 0.05 of 0.10 s and 0.10 of 0.163 s -> sigma
-    hypot(0.005, 0.0163) / 1.349 = 0.01264, floor 0.0253 < 0.063; the second pair likewise
-    (0.0177 / 1.349 -> floor 0.0263 < 0.143): both are losses beyond their own noise, so the
-    loss is significant. If the second launch had gained instead, it would not be."""
-    ref, run = _m(1, forward=0.1), _m(2, forward=0.1, data_wait=0.103)
-    ref.launch_iter_s, run.launch_iter_s = [0.100, 0.100], [0.163, 0.243]
+    """Two paired launches lost 0.063 and 0.139 s (one run launch slowed by the machine): the
+    spread of the differences is 0.076 / sqrt(2) = 0.05374, floor 0.1075 > the median loss
+    0.101 (medians 0.203 - 0.102).
+    Each pair alone: the reference launches 0.100 and 0.104 vary by s = 0.002828 (variance
+    8e-6, counted twice: 1.6e-5). Pair 1: IQR/median 0.05 of 0.100 s and 0.10 of 0.163 s ->
+    hypot(0.005, 0.0163) / 1.349 = 0.012641; sqrt(0.012641^2 + 1.6e-5) = 0.013258, floor
+    0.02652 < 0.063. Pair 2: hypot(0.0052, 0.01701) / 1.349 = 0.013185 -> 0.013779, floor
+    0.02756 < 0.139. Both are losses beyond their own noise: significant."""
+    ref, run = _m(1, forward=0.102), _m(2, forward=0.102, data_wait=0.101)
+    ref.launch_iter_s, run.launch_iter_s = [0.100, 0.104], [0.163, 0.243]
     ref.launch_iqr_ratio, run.launch_iqr_ratio = [0.05, 0.05], [0.10, 0.07]
     split = split_loss(ref, run)
-    assert split["noise_floor_s"] == pytest.approx(0.11314, abs=1e-4)
-    assert split["noise_floor_s"] > split["lost_s"]
-    assert split["significant"] and split["significant_in_every_launch"]
+    assert split["noise_floor_s"] == pytest.approx(0.10748, abs=1e-4)
+    assert split["noise_floor_s"] > split["lost_s"] == pytest.approx(0.101)
+    assert split["significant"] and split["significant_only_by_every_launch"]
     assert split["shares_pct"] == pytest.approx({"data_wait": 100.0})
-    # the same launches with the second one a gain: they disagree, so nothing is significant
-    run.launch_iter_s = [0.163, 0.060]
-    assert not split_loss(ref, run)["significant"]
-    # or with the first loss inside its own launch's noise (IQR/median 0.5 of 0.163 s)
-    run.launch_iter_s, run.launch_iqr_ratio = [0.163, 0.243], [0.5, 0.07]
-    assert not split_loss(ref, run)["significant"]
+    # a first pair only 0.026 s apart still clears its own floor: hypot(0.005, 0.0126) / 1.349
+    # = 0.010049 -> sqrt(0.010049^2 + 1.6e-5) = 0.010816, floor 0.02163 (IQRs taken as sigmas,
+    # without the 1.349, would make it 0.0283)
+    run.launch_iter_s = [0.126, 0.243]
+    assert split_loss(ref, run)["significant_only_by_every_launch"]
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"run_launches": [0.163, 0.060]}, "the second launch gained: the launches disagree"),
+    ({"run_iqr": [0.5, 0.07]}, "pair 1: hypot(0.005, 0.0815) / 1.349 = 0.0605, floor 0.121"),
+    # the reference's own launches 0.100 and 0.150 (s = 0.03536, 2 s^2 = 0.0025), the run's
+    # 0.163 and 0.293 (pooled floor 2 x 0.08 / sqrt(2) = 0.113 > 0.101): pair 1's floor
+    # 2 sqrt(0.012641^2 + 0.0025) = 0.1031 > 0.063, though its iterations alone give 0.025
+    ({"ref_launches": [0.100, 0.150], "run_launches": [0.163, 0.293]},
+     "the reference launches vary as much as the loss"),
+    ({"run_iqr": [math.nan, 0.07]}, "a launch without a spread is not evidence"),
+    ({"run_iqr": [0.10]}, "lists of different lengths do not pair up"),
+])
+def test_a_loss_not_every_launch_shows_beyond_its_noise_is_not_significant(change, why):
+    ref, run = _m(1, forward=0.102), _m(2, forward=0.102, data_wait=0.101)
+    ref.launch_iter_s = change.get("ref_launches", [0.100, 0.104])
+    run.launch_iter_s = change.get("run_launches", [0.163, 0.243])
+    ref.launch_iqr_ratio = [0.05, 0.05]
+    run.launch_iqr_ratio = change.get("run_iqr", [0.10, 0.07])
+    split = split_loss(ref, run)
+    assert not split["significant"], why
+    assert split["shares_pct"] is None and not split["significant_only_by_every_launch"]
 
 
 def test_noise_floor_from_one_launch_uses_iteration_spread_in_quadrature():

@@ -113,7 +113,9 @@ def verdict(row: dict) -> dict:
     with the largest share and, when one rank made the others wait for most of it, that rank."""
     loss = row["loss"]
     out = {"world_size": row["world_size"], "lost_s": loss["lost_s"],
-           "significant": loss["significant"], "kind": loss["kind"],
+           "significant": loss["significant"],
+           "significant_only_by_every_launch": loss.get("significant_only_by_every_launch", False),
+           "kind": loss["kind"],
            "noise_floor_s": loss["noise_floor_s"], "component": None, "rank": None}
     if not loss["shares_pct"]:
         return out

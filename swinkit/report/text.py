@@ -99,9 +99,9 @@ def _verdicts(r: dict) -> list[str]:
         loss = row["loss"]
         floor = (f"noise floor {loss['noise_floor_s']:.4f} s from {loss['spread_from']}"
                  if loss["noise_floor_s"] is not None else "noise floor unknown")
-        if loss.get("significant_in_every_launch"):
-            floor += ("; under it, but every launch alone shows it beyond its own iterations' "
-                      "noise")
+        if loss.get("significant_only_by_every_launch"):
+            floor += ("; the loss is under that floor, but each launch alone shows it beyond "
+                      "its own noise, in the same direction")
         if not v["significant"]:
             lines += ["", f"N={ws}: no significant loss ({loss['lost_s']:+.4f} s per iteration "
                           f"against N=1; {floor})"]
