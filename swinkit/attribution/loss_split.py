@@ -81,8 +81,16 @@ def lost_spread(reference: Measured, run: Measured) -> tuple[float | None, str]:
         return statistics.stdev(b - a for a, b in pairs), f"{len(pairs)} paired launches"
     if reference.iter_iqr_ratio is None or run.iter_iqr_ratio is None:
         return None, "unknown"
-    sigmas = [m.iter_iqr_ratio * m.iter_s / IQR_PER_SIGMA for m in (reference, run)]
-    return math.hypot(*sigmas), "iterations of one launch (launch-to-launch noise not included)"
+    return (iteration_spread(reference.iter_s, reference.iter_iqr_ratio, run.iter_s,
+                             run.iter_iqr_ratio),
+            "iterations of one launch (launch-to-launch noise not included)")
+
+
+def iteration_spread(ref_s: float, ref_iqr_ratio: float, run_s: float,
+                     run_iqr_ratio: float) -> float:
+    """Standard deviation of ``run_s - ref_s`` from each launch's iteration spread: IQR / 1.349
+    per side (a normal distribution's), added in quadrature."""
+    return math.hypot(ref_iqr_ratio * ref_s, run_iqr_ratio * run_s) / IQR_PER_SIGMA
 
 
 def beyond_noise_in_every_launch(reference: Measured, run: Measured) -> bool:
@@ -110,7 +118,7 @@ def beyond_noise_in_every_launch(reference: Measured, run: Measured) -> bool:
     launch_var = statistics.variance(reference.launch_iter_s)
     signs = set()
     for ref_s, run_s, ref_iqr, run_iqr in zip(*lists):
-        within = math.hypot(ref_iqr * ref_s, run_iqr * run_s) / IQR_PER_SIGMA
+        within = iteration_spread(ref_s, ref_iqr, run_s, run_iqr)
         floor = 2 * math.sqrt(within ** 2 + 2 * launch_var)
         if abs(run_s - ref_s) <= max(floor, RESOLUTION_S):
             return False

@@ -9,7 +9,7 @@ written, before any remedy's DDP run starts; then the runs measure what the reme
 A launch here can run 10-40 % faster or slower than another of the same configuration (where
 its memory and threads landed, what else the machine ran), so a prediction from one launch
 held to another's run mixes the oracle's error with that. The runs are therefore paired
-(:func:`swinkit.workloads.ddp.schedule`): each also measures its own components, and the oracle
+(:func:`swinkit.workloads.paired.schedule`): each also measures its own components, and the oracle
 predicts the run again from those (``in_launch_predicted_iter_s``), never having seen its DDP
 steps. Where the prediction written beforehand misses and the in-launch one holds, the miss was
 the launches', and the report says so.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+from swinkit.attribution.loss_split import iteration_spread
 from swinkit.attribution.oracle import accuracy, rank_correlation
 from swinkit.attribution.whatif import judge
 from swinkit.config import load_config
@@ -119,10 +120,9 @@ def _shift(predicted_launch_s: float | None, run_launch_s: float | None) -> floa
 
 def _noise(base: dict, run: dict) -> float:
     """Standard deviation of the difference of two runs' median iterations, from each run's
-    within-launch spread (IQR / 1.349 per run, in quadrature)."""
-    def sigma(r):
-        stats = [s for s in r.get("iteration_stats", {}).values()]
-        if not stats:
-            return 0.0
-        return statistics.median(s["iqr_ratio"] for s in stats) * r["per_batch_s"] / 1.349
-    return (sigma(base) ** 2 + sigma(run) ** 2) ** 0.5
+    within-launch spread (the median IQR / median over its ranks)."""
+    def iqr_ratio(r):
+        stats = list(r.get("iteration_stats", {}).values())
+        return statistics.median(s["iqr_ratio"] for s in stats) if stats else 0.0
+    return iteration_spread(base["per_batch_s"], iqr_ratio(base), run["per_batch_s"],
+                            iqr_ratio(run))
