@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.measure import ddp_hooks
-from swinkit.workloads.paired import Switch
+from swinkit.workloads.paired_launch import Switch
 from swinkit.workloads.ddp_options import DDPOptions
 
 

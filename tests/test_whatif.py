@@ -371,7 +371,7 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
 
 
 def test_paired_schedule_alternates_whole_optimizer_steps():
-    from swinkit.workloads.paired import schedule
+    from swinkit.workloads.paired_launch import schedule
     # warm-up 2 DDP iterations, then steps of k=2 alternating, 4 iterations of each kind; the
     # index counts its own kind, so the second micro-batch of each step (odd index) syncs
     assert schedule(2, 4, 2, paired=True) == [

@@ -101,7 +101,8 @@ def buffer_broadcast(result: dict, device, rank, same_host: bool) -> dict:
     """What DDP's buffer broadcast over the N ranks adds to the local steps' forward.
 
     The local steps already run DDP's buffer sync over this rank's group of one (packing the
-    buffers into one message, unpacking it; :meth:`swinkit.workloads.paired.Switch.route_buffer_broadcast`),
+    buffers into one message, unpacking it:
+    :meth:`swinkit.workloads.paired_launch.Switch.route_buffer_broadcast`),
     so the oracle adds the broadcast over the N ranks less the same broadcast over one:
     ``broadcast_s``, 0 at N=1, where the two are the same call. ``buffer_sync``: there is a
     broadcast, so the ranks meet before every forward, whatever it costs."""

@@ -41,7 +41,7 @@ from swinkit.workloads.errors import out_of_memory_named
 from swinkit.workloads.inject import (GATE, Injection, add_compute_delay, add_data_delay,
                                       comm_launcher)
 from swinkit.workloads.meet import Meet
-from swinkit.workloads.paired import Switch, schedule
+from swinkit.workloads.paired_launch import Switch, schedule
 
 
 @dataclass

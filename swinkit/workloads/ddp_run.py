@@ -41,7 +41,8 @@ class DDPRunSpec:
     ddp: DDPOptions = field(default_factory=DDPOptions)
     local: bool = False              # communicate nothing: the component measurement
     # DDP and local iterations alternating in one launch: the run and its components measured
-    # together (``out["local_run"]`` holds the components; see swinkit.workloads.paired.schedule)
+    # together (``out["local_run"]`` holds the components; see
+    # swinkit.workloads.paired_launch.schedule)
     paired: bool = False
 
     def launch_config(self) -> LaunchConfig:
