@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from swinkit.cli_launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
 from swinkit.library_output import send_library_logs_to_stderr
 
@@ -92,9 +93,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--oversubscribe", action="store_true", help="allow more CPU ranks than cores")
     p.add_argument("--timeout", type=float, default=600.0, help="wall-clock watchdog, s (default 600)")
     p.add_argument("--pg-timeout", type=float, default=60.0, help="process-group timeout, s")
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--rdzv-endpoint", help="host:port of node 0 (required with --nnodes > 1)")
+    add_node_args(p)
     p.add_argument("--bare", action="store_true",
                    help="no instrumentation, iteration time only (to measure its cost)")
     p.add_argument("--engine", default="ddp",

@@ -7,11 +7,33 @@ the two cannot drift apart. What each prints for a result stays with its command
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from contextlib import nullcontext
 from typing import Callable
 
-from swinkit.cli import EXIT_FAILED, EXIT_OK
+# Prose, not a table: argparse re-wraps a group's description.
+NODES_HELP = (
+    "Every node runs the same command with its own --node-rank. What the nodes talk on: "
+    "--local-addr, the address this node publishes (default: its FQDN, which the other nodes "
+    "may not resolve; the rank-0 node's becomes MASTER_ADDR); $NCCL_SOCKET_IFNAME, "
+    "NCCL's interface (e.g. ib0); $GLOO_SOCKET_IFNAME, gloo's interface (CPU runs, and the "
+    "clock-offset group beside NCCL): by default the one NCCL_SOCKET_IFNAME selects, else the "
+    "one the host name resolves to, which can be 127.0.1.1 or unroutable: then set it.")
+
+
+def add_node_args(parser: argparse.ArgumentParser) -> None:
+    """The multi-node options of ``swinkit ddp``, as one group whose help names the network
+    settings (flags and environment) that a second node needs."""
+    g = parser.add_argument_group("several nodes", NODES_HELP)
+    g.add_argument("--nnodes", type=int, default=1)
+    g.add_argument("--node-rank", type=int, default=0)
+    g.add_argument("--rdzv-endpoint", help="host:port of node 0 (required with --nnodes > 1)")
+    g.add_argument("--local-addr", help="this node's address for the others (like torchrun's "
+                                        "--local-addr; default: its FQDN)")
+    g.add_argument("--join-timeout", type=float, default=600.0,
+                   help="how long the nodes wait for each other at the rendezvous, s (default "
+                        "600; --pg-timeout bounds collectives once running)")
 
 
 def run_spec(args):
@@ -21,8 +43,8 @@ def run_spec(args):
     from swinkit.workloads.inject import parse_injection
     launch = LaunchConfig(
         world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
-        rdzv_endpoint=args.rdzv_endpoint, backend=args.backend, pg_timeout_s=args.pg_timeout,
-        join_timeout_s=args.pg_timeout, wall_timeout_s=args.timeout,
+        rdzv_endpoint=args.rdzv_endpoint, local_addr=args.local_addr, backend=args.backend,
+        pg_timeout_s=args.pg_timeout, join_timeout_s=args.join_timeout, wall_timeout_s=args.timeout,
         threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
     return DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
                       warmup=args.warmup, workers=args.workers,
@@ -40,6 +62,8 @@ def launch_and_report(args, label: str, run: Callable[[], dict | None],
     launch prints ``{label}: FAILED: <diagnosis>`` (and its detail) and returns 1; a node whose
     ranks did not include rank 0 (``run()`` returns None) says so and returns 0.
     """
+    # here, not at the top: swinkit.cli imports this module for add_node_args
+    from swinkit.cli import EXIT_FAILED, EXIT_OK
     from swinkit.dist import LaunchError
     from swinkit.files import RunLock, write_json_atomic
     try:

@@ -28,9 +28,9 @@ ENTRY = "swinkit.workloads.selftest:allreduce_loop"
 FAST = dict(pg_timeout_s=5.0, join_timeout_s=5.0, wall_timeout_s=60.0)
 
 
-def run(tmp_path, fault=None, steps=6, **overrides):
+def run(tmp_path, fault=None, steps=6, env_extra=None, **overrides):
     cfg = LaunchConfig(world_size=2, **{**FAST, **overrides})
-    env = {"SWINKIT_FAULT": fault} if fault else {}
+    env = dict({"SWINKIT_FAULT": fault} if fault else {}, **(env_extra or {}))
     return launch(ENTRY, {"steps": steps}, cfg, run_dir=tmp_path / "run", env=env, quiet=True)
 
 
@@ -118,6 +118,12 @@ def test_default_port_is_free():
     (dict(world_size=1, backend="mpi"), "backend must be"),
     (dict(world_size=64), "exceeds the"),
     (dict(world_size=1, pg_timeout_s=0), "pg_timeout_s"),
+    (dict(world_size=1, join_timeout_s=0), "join_timeout_s"),
+    (dict(world_size=1, join_timeout_s="600"), "join_timeout_s"),
+    (dict(world_size=1, local_addr=""), "local_addr must be"),
+    (dict(world_size=1, local_addr="node 1"), "local_addr must be"),
+    (dict(world_size=1, local_addr=10), "local_addr must be"),
+    (dict(world_size=1, local_addr="node1:29500"), "local_addr is an address without port"),
 ])
 def test_bad_launch_config_names_the_field(kwargs, message):
     if kwargs.get("backend") == "nccl":
@@ -266,3 +272,156 @@ def test_two_nodes_on_localhost(tmp_path, no_orphans):
     ranks = reports[0]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
     assert all(r["world_size"] == 4 for r in ranks)
+
+
+# Multi-node plumbing: the address a node publishes, the rendezvous wait, gloo's interface.
+
+@pytest.mark.parametrize("addr", [None, "10.0.0.7", "fe80::1", "node-01.cluster.example"])
+def test_good_local_addr_is_accepted(addr):
+    LaunchConfig(world_size=1, local_addr=addr).validate()
+
+
+def test_join_timeout_is_its_own_setting():
+    """srun may start nodes minutes apart: the rendezvous waits torch's 600 s, not the
+    process-group timeout."""
+    cfg = LaunchConfig(world_size=1)
+    assert (cfg.join_timeout_s, cfg.pg_timeout_s) == (600.0, 60.0)
+
+
+def _job(**launch_fields):
+    from dataclasses import asdict
+    cfg = LaunchConfig(world_size=2, nnodes=2, node_rank=1, rdzv_endpoint="head:29500",
+                       **launch_fields)
+    return {"launch": asdict(cfg), "run_id": "r", "endpoint": "head:29500"}
+
+
+def test_agent_passes_local_addr_and_join_timeout_to_torch():
+    from swinkit.dist.agent import elastic_config
+    config = elastic_config(_job(local_addr="10.1.2.3", join_timeout_s=900.0, pg_timeout_s=30.0))
+    assert config.local_addr == "10.1.2.3"  # torch's LaunchConfig field, as torchrun sets it
+    assert config.rdzv_configs["join_timeout"] == 900.0
+    assert "local_addr" not in config.rdzv_configs  # would reach RendezvousParameters twice
+    assert config.rdzv_configs["is_host"] is False
+
+
+def test_agent_leaves_local_addr_to_torch_by_default():
+    from swinkit.dist.agent import elastic_config
+    assert elastic_config(_job()).local_addr is None
+
+
+IFACES = ["lo", "eth1", "eth0", "ib0"]
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"NCCL_SOCKET_IFNAME": "eth"}, {"GLOO_SOCKET_IFNAME": "eth0"}),   # NCCL prefix
+    ({"NCCL_SOCKET_IFNAME": "ib0"}, {"GLOO_SOCKET_IFNAME": "ib0"}),
+    ({"NCCL_SOCKET_IFNAME": "=eth1"}, {"GLOO_SOCKET_IFNAME": "eth1"}),  # NCCL exact match
+    ({"NCCL_SOCKET_IFNAME": "=eth"}, {}),                               # exact: no such one
+    ({"NCCL_SOCKET_IFNAME": "enp,ib"}, {"GLOO_SOCKET_IFNAME": "ib0"}),  # first entry matching
+    ({"NCCL_SOCKET_IFNAME": "^docker,lo"}, {}),                         # an exclusion list
+    ({"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "ib0"}, {}),   # explicit gloo wins
+    ({}, {}),
+])
+def test_gloo_follows_nccl_socket_ifname(env, expected):
+    from swinkit.dist.network import gloo_socket_env
+    assert gloo_socket_env(env, IFACES) == expected
+
+
+def test_gloo_socket_ifname_naming_no_interface_fails_before_launch(tmp_path):
+    from swinkit.dist.network import check_gloo_ifname
+    check_gloo_ifname({"GLOO_SOCKET_IFNAME": "eth0,ib0"}, IFACES)
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME='eth0,eth9': this host has no "
+                                         "interface 'eth9'"):
+        check_gloo_ifname({"GLOO_SOCKET_IFNAME": "eth0,eth9"}, IFACES)
+    with pytest.raises(ValueError, match="no interface ' ib0'"):  # torch strips nothing
+        check_gloo_ifname({"GLOO_SOCKET_IFNAME": "eth0, ib0"}, IFACES)
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME"):
+        run(tmp_path, env_extra={"GLOO_SOCKET_IFNAME": "swinkit-no-such-if0"})
+    assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+def test_node_options_reach_the_launch_config():
+    """--local-addr and --join-timeout (default 600 s), apart from --pg-timeout."""
+    from swinkit.cli import get_parser
+    from swinkit.cli_launch import run_spec
+    args = get_parser().parse_args(["ddp", "--local-addr", "10.0.0.2", "--join-timeout", "900",
+                                    "--pg-timeout", "30"])
+    lc = run_spec(args).launch
+    assert (lc.local_addr, lc.join_timeout_s, lc.pg_timeout_s) == ("10.0.0.2", 900.0, 30.0)
+    lc = run_spec(get_parser().parse_args(["ddp"])).launch
+    assert (lc.local_addr, lc.join_timeout_s, lc.pg_timeout_s) == (None, 600.0, 60.0)
+
+
+def test_ddp_help_names_the_network_settings(capsys):
+    from swinkit.cli import get_parser
+    with pytest.raises(SystemExit):
+        get_parser().parse_args(["ddp", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("--local-addr", "--join-timeout", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        assert name in text
+
+
+def network_seen(rank) -> dict:
+    """Entry point (imported by the ranks, with this folder on PYTHONPATH): what a rank got."""
+    import os
+    return {k: os.environ.get(k) for k in ("MASTER_ADDR", "GLOO_SOCKET_IFNAME")}
+
+
+@pytest.mark.slow
+def test_rank_sees_local_addr_and_nccl_interface_for_gloo(tmp_path, no_orphans):
+    """One rank: MASTER_ADDR is the --local-addr (not this host's FQDN), and gloo gets the
+    interface NCCL_SOCKET_IFNAME selects (loopback here, so the gloo group still forms)."""
+    import os
+    import pathlib
+    path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, path)), "NCCL_SOCKET_IFNAME": "lo"}
+    cfg = LaunchConfig(world_size=1, local_addr="127.0.0.1", backend="gloo", **FAST)
+    result = launch("test_dist:network_seen", {}, cfg, run_dir=tmp_path / "run", env=env,
+                    quiet=True).result
+    assert result["ranks"] == [{"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}]
+
+
+def test_environment_records_cpu_affinity(monkeypatch):
+    """A SLURM task confined to fewer cores than the machine shows in the result."""
+    import os
+
+    from swinkit.workloads.ddp_run import environment
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 2}, raising=False)
+    assert environment()["cpu_affinity"] == {"count": 2, "cpus": [2, 5]}
+
+
+def stall_collective(rank, seconds: float) -> dict:
+    """Entry point (imported by the ranks): an all-reduce queued behind a ``seconds``-long GPU
+    spin, so it outlives a shorter process-group timeout."""
+    import torch
+    import torch.distributed as dist
+    rank.heartbeat(0)
+    torch.cuda._sleep(int(seconds * 2e9))  # clock64() cycles: >= seconds at clocks <= 2 GHz
+    t = torch.ones(1, device="cuda")
+    dist.all_reduce(t)
+    t.item()  # the host waits here; the NCCL watchdog ends the process first
+    return {}
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphans):
+    """What the diagnosis assumes of NCCL: a rank whose collective times out is aborted
+    (SIGABRT) and leaves no error record. One rank suffices (no second GPU needed): it is
+    then the rank that made the least progress, named hung, not killed."""
+    import os
+    import pathlib
+
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU (NCCL)")
+    path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, path))}
+    cfg = LaunchConfig(world_size=1, backend="nccl", **FAST)
+    with pytest.raises(LaunchError) as info:
+        launch("test_dist:stall_collective", {"seconds": 20.0}, cfg, run_dir=tmp_path / "run",
+               env=env, quiet=True)
+    d = info.value.diagnosis
+    assert d.records["failures"][0]["signal"] == "SIGABRT", d.records
+    assert not d.records["errors"], d.records["errors"]
+    assert (d.cause, d.rank) == ("hung", 0) and "SIGABRT" in d.summary, d.summary

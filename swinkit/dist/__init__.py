@@ -4,6 +4,7 @@
     agent.py     ``python -m swinkit.dist.agent RUN_DIR``: torch's ``elastic_launch`` per node
     rank.py      what every rank runs: process group, workload entry point, heartbeats, errors
     diagnose.py  root cause from the records a run leaves (killed, raised, hung, never joined)
+    network.py   the address and interface nodes talk on (--local-addr, GLOO_SOCKET_IFNAME)
     terminate.py SIGTERM as an exception, so a supervisor stopped from outside still cleans up
 
 Knows nothing of the workload: entry points are "module:function" strings.

@@ -27,16 +27,27 @@ def _signal_name(exitcode: int) -> str | None:
     return None
 
 
+def elastic_config(job: dict) -> LaunchConfig:
+    """torch's launch configuration for this node, from the run's ``job.json``.
+
+    ``local_addr`` goes to torch's ``LaunchConfig`` itself, as torchrun passes it: torch hands
+    it to the rendezvous and to the worker spec; put into ``rdzv_configs`` it would reach the
+    rendezvous parameters twice and fail.
+    """
+    spec = job["launch"]
+    return LaunchConfig(
+        min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["world_size"],
+        run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
+        rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": spec["node_rank"] == 0},
+        local_addr=spec.get("local_addr"),
+        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+
+
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
     job = json.loads((run_dir / "job.json").read_text())
-    spec = job["launch"]
-    node_rank = spec["node_rank"]
-    config = LaunchConfig(
-        min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["world_size"],
-        run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
-        rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": node_rank == 0},
-        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    node_rank = job["launch"]["node_rank"]
+    config = elastic_config(job)
     try:
         elastic_launch(config, rank_main)(str(run_dir))
     except ChildFailedError as exc:

@@ -10,6 +10,12 @@ trust:
 4. a rank with no error record while the others hold communication errors: it hung, and they
    timed out waiting for it;
 5. the watchdog: everything was still running at the wall-clock limit.
+
+The backend changes what a survivor leaves. On gloo it raises a communication error. On NCCL
+it does not raise: its host runs ahead of the stuck collective until the NCCL watchdog aborts
+the whole process ("Watchdog caught collective operation timeout", SIGABRT, exit code -6), with
+no error record. So on NCCL such an abort is a communication symptom, like a gloo survivor's
+error record, and rule 4 names the rank that made the least progress.
 """
 from __future__ import annotations
 
@@ -29,6 +35,20 @@ class Diagnosis:
     def to_dict(self) -> dict:
         return {"cause": self.cause, "rank": self.rank, "summary": self.summary,
                 "detail": self.detail}
+
+
+def is_comm_abort(failure: dict, backend: str) -> bool:
+    """True when a rank's signal death is a symptom of another rank's failure, not its own.
+
+    Only NCCL has a watchdog that aborts a rank whose collective timed out (SIGABRT, exit code
+    -6). Gloo raises instead, so there a SIGABRT is the rank's own (a failed C++ check, ...).
+
+    Args:
+        failure: the agent's record of one rank: ``{"exitcode": int, "signal": str | None}``.
+        backend: the run's resolved backend, "gloo" or "nccl".
+    """
+    return backend == "nccl" and (failure.get("signal") == "SIGABRT"
+                                  or failure.get("exitcode") == -6)
 
 
 def _read_json(path: Path):
@@ -59,12 +79,29 @@ def _collect(run_dir: Path, expected) -> tuple[list, dict, dict, dict]:
     return ranks, errors, beats, failures
 
 
+def _hung_summary(r: int, beats: dict, aborted: list, stalled: list) -> str:
+    """Why ``r``, the rank that made the least progress, is named."""
+    step = beats[r]["step"]
+    if r not in aborted:
+        return (f"rank {r} hung after step {step}: it stopped making progress and the other "
+                f"ranks timed out waiting for it in a collective")
+    tied = [k for k in stalled if k != r and beats[k]["step"] == step]
+    also = f"; ranks {tied} stopped at the same step" if tied else ""
+    return (f"rank {r} hung after step {step}: it made the least progress, then SIGABRT "
+            f"(exit code -6) ended it without an error record, as the NCCL watchdog ends a "
+            f"rank whose collective timed out{also}")
+
+
 def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
-             watchdog_s: float | None = None, join_timeout_s: float | None = None) -> Diagnosis | None:
+             watchdog_s: float | None = None, join_timeout_s: float | None = None,
+             backend: str = "gloo") -> Diagnosis | None:
     """None for a clean run, else what went wrong and on which rank.
 
     Args:
         expected: the global ranks that should have run here (None: those that left records).
+        join_timeout_s: how long the started ranks waited for a missing one (for the message).
+        backend: the run's resolved backend: on "nccl" a SIGABRT is the watchdog's (see
+            :func:`is_comm_abort`).
     """
     run_dir = Path(run_dir)
     ranks, errors, beats, failures = _collect(run_dir, expected)
@@ -75,7 +112,9 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
     def make(cause, rank, summary, detail=""):
         return Diagnosis(cause, rank, summary, detail, records)
 
-    killed = sorted(r for r, f in failures.items() if f.get("signal") and r not in errors)
+    unrecorded = {r: f for r, f in failures.items() if f.get("signal") and r not in errors}
+    aborted = sorted(r for r, f in unrecorded.items() if is_comm_abort(f, backend))
+    killed = sorted(r for r in unrecorded if r not in aborted)
     if killed and watchdog_s is None:
         r = killed[0]
         return make("killed", r, f"rank {r} was killed by {failures[r]['signal']} "
@@ -91,12 +130,15 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
         return make("never_joined", missing[0],
                     f"rank {missing[0]} did not join{waited} (ranks {missing} never reached the "
                     f"process group)")
-    silent = [r for r in ranks if r not in errors and r in beats
-              and beats[r].get("stage") != "done"]
-    if errors and silent and len(silent) < len(ranks):
-        r = min(silent, key=lambda k: (beats[k]["step"], beats[k]["time"]))
-        return make("hung", r, f"rank {r} hung after step {beats[r]['step']}: it stopped making "
-                               f"progress and the other ranks timed out waiting for it in a collective")
+    # Ranks without an error record that had not finished: the hung one and, on NCCL, the
+    # survivors its watchdog aborted. The least progress names it; at equal steps a rank still
+    # silent beats an aborted one (the watchdog aborts those that waited, not the one waited for).
+    stalled = [r for r in ranks if r not in errors and r in beats
+               and beats[r].get("stage") != "done"]
+    silent = [r for r in stalled if r not in aborted]
+    if (errors or aborted) and stalled and len(silent) < len(ranks):
+        r = min(stalled, key=lambda k: (beats[k]["step"], k in aborted, beats[k]["time"]))
+        return make("hung", r, _hung_summary(r, beats, aborted, stalled))
     if watchdog_s is not None:
         steps = ", ".join(f"rank {k}: step {v['step']}" for k, v in sorted(beats.items()))
         return make("watchdog", None, f"watchdog: the run exceeded its wall-clock limit of "

@@ -16,7 +16,8 @@ notices ranks that exit, not ranks that hang (and then blames the survivor); kil
 only way to stop everything — agent, ranks, their loader workers — on every exit path.
 
 Multi-node runs start the same entry point on every node (``--nnodes``, ``--node-rank``,
-``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see README).
+``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see README); which
+address and interface they talk on is :mod:`swinkit.dist.network`'s.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from typing import Any
 
 from swinkit.checks import check_int, check_positive_number
 from swinkit.dist.diagnose import Diagnosis, diagnose
+from swinkit.dist.network import (check_gloo_ifname, check_local_addr, gloo_socket_env,
+                                  host_interfaces)
 from swinkit.dist.terminate import sigterm_raises
 from swinkit.faults import FAULT_ENV, parse_fault
 from swinkit.files import write_json_atomic
@@ -57,8 +60,13 @@ class LaunchConfig:
         world_size: ranks per node (one per GPU with nccl; CPU processes with gloo).
         nnodes, node_rank, rdzv_endpoint: multi-node rendezvous; a free localhost port by default.
         backend: "gloo" or "nccl" ("auto": nccl when CUDA is present).
-        pg_timeout_s: process-group timeout (torch's default is 30 min for gloo).
-        join_timeout_s: how long ranks wait for each other to start.
+        pg_timeout_s: process-group timeout (torch's default is 30 min for gloo); also how long
+            started ranks wait for a missing one to reach the process group.
+        join_timeout_s: how long each node's agent waits for the other nodes at the rendezvous
+            (torch's default, 600 s: ``srun`` may start nodes minutes apart, each importing
+            torch and MMSeg from a shared file system).
+        local_addr: the address this node publishes to the others (None: its FQDN, which they
+            may not resolve); the node hosting group rank 0 gives it as ``MASTER_ADDR``.
         wall_timeout_s: the watchdog: the whole run is killed after this many seconds.
         threads_per_rank: torch compute threads per rank (same at every world size: fair scaling).
         allow_oversubscribe: permit more CPU ranks than cores.
@@ -70,11 +78,12 @@ class LaunchConfig:
     rdzv_endpoint: str | None = None
     backend: str = "auto"
     pg_timeout_s: float = 60.0
-    join_timeout_s: float = 60.0
+    join_timeout_s: float = 600.0
     wall_timeout_s: float = 600.0
     threads_per_rank: int = 1
     allow_oversubscribe: bool = False
     rdzv_id: str = "swinkit"
+    local_addr: str | None = None
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -96,6 +105,7 @@ class LaunchConfig:
             raise ValueError("rdzv_endpoint (host:port) is required when nnodes > 1")
         if self.rdzv_endpoint is not None:
             _split_endpoint(self.rdzv_endpoint)
+        check_local_addr(self.local_addr)
         backend = self.resolved_backend()
         if backend == "nccl":
             import torch
@@ -161,6 +171,9 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     """
     cfg.validate()
     parse_fault((env or {}).get(FAULT_ENV, os.environ.get(FAULT_ENV)))  # malformed: fail here
+    rank_env = dict(os.environ, **(env or {}))
+    interfaces = host_interfaces()
+    check_gloo_ifname(rank_env, interfaces)
     if cfg.rdzv_endpoint and cfg.nnodes == 1:
         check_port_free(cfg.rdzv_endpoint)
     run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="swinkit-run-"))
@@ -168,8 +181,12 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
                endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=cfg.rdzv_id)
     write_json_atomic(run_dir / "job.json", job)
-    # Marks every process of this run (agent, ranks, loader workers) so leftovers can be found.
-    child_env = dict(os.environ, **(env or {}), SWINKIT_RUN_DIR=str(run_dir))
+    # SWINKIT_RUN_DIR marks every process of this run (agent, ranks, loader workers) so
+    # leftovers can be found. Gloo (the clock-offset group beside NCCL, too) binds the
+    # interface the host name resolves to unless told: where NCCL_SOCKET_IFNAME names the
+    # nodes' network and GLOO_SOCKET_IFNAME is unset, gloo gets the same interface.
+    child_env = dict(rank_env, **gloo_socket_env(rank_env, interfaces),
+                     SWINKIT_RUN_DIR=str(run_dir))
     cmd = [sys.executable, "-m", "swinkit.dist.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
@@ -191,9 +208,11 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
     # only the records found here are known.
     expected = range(cfg.world_size) if cfg.nnodes == 1 else None
+    # A rank missing from the process group is waited for by init_process_group, for
+    # pg_timeout_s (join_timeout_s bounds the agents' rendezvous, before any rank starts).
     diagnosis = diagnose(run_dir, expected, agent.returncode,
                          watchdog_s=cfg.wall_timeout_s if watchdog_fired else None,
-                         join_timeout_s=cfg.join_timeout_s)
+                         join_timeout_s=cfg.pg_timeout_s, backend=job["backend"])
     if diagnosis is not None:
         raise LaunchError(diagnosis)
     result_file = run_dir / "result.json"

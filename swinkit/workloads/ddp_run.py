@@ -178,12 +178,26 @@ def _clock_summary(ranks: list[dict]) -> dict:
 
 
 def environment() -> dict:
-    """What asv's machine info lacks: library versions and accelerators."""
+    """What asv's machine info lacks: library versions, accelerators, and the CPUs this run
+    could use (``cpu_count`` is the machine's; ``cpu_affinity`` is what the ranks got)."""
     cuda = torch.cuda.is_available()
     return {
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "cpu_affinity": cpu_affinity(),
+        "python": platform.python_version(), "platform": platform.platform(),
     }
+
+
+def cpu_affinity() -> dict | None:
+    """The CPUs this process may run on, which its ranks and loader workers inherit.
+
+    A batch scheduler can confine a task to fewer cores than the machine has (SLURM's default
+    is one CPU per task): ranks and loaders then share them, ``data_wait`` grows and blame
+    names the loader. Recorded so such a run shows it. None where the OS has no affinity API.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"count": len(cpus), "cpus": cpus}
