@@ -1,12 +1,107 @@
-"""Shared fixtures: a small synthetic ADE20K per test session, and the test preset."""
+"""Shared fixtures: a small synthetic ADE20K per test session, and the test preset.
+
+The suite is a CPU + gloo suite: on a GPU machine it hides the GPUs (``CUDA_VISIBLE_DEVICES=""``,
+inherited by every launched rank) so that the tests see the machine they were written for. A
+run that selects GPU tests (``pytest -m gpu``) keeps the GPUs; tests that need them carry the
+``gpu`` marker (``@requires_gpu(n)``) and skip where fewer GPUs can be seen.
+"""
 from __future__ import annotations
 
+import itertools
+import os
+import re
 import shutil
 
 import pytest
-import torch
 
-torch.set_num_threads(1)
+HIDE_GPUS = ""          # CUDA_VISIBLE_DEVICES value under which CUDA sees no device
+GPUS_HIDDEN = pytest.StashKey[bool]()   # set on the config: did this run hide the GPUs?
+MAX_MARK_NAMES = 12     # -m expressions name a handful of markers; more is not worth 2**n tries
+
+
+def selects_gpu_tests(markexpr: str) -> bool:
+    """Whether a ``-m`` expression can select a test marked ``gpu``: the expression names
+    ``gpu`` and some combination of the other markers it names, with ``gpu``, satisfies it.
+
+    >>> [selects_gpu_tests(e) for e in ("", "not slow", "gpu", "gpu and not slow", "not gpu")]
+    [False, False, True, True, False]
+    >>> selects_gpu_tests("not (slow or gpu)"), selects_gpu_tests("slow or not gpu")
+    (False, True)
+    """
+    from _pytest.mark import expression  # pytest's own -m grammar and evaluation
+
+    if not re.search(r"\bgpu\b", markexpr or ""):
+        return False
+    # a bad expression is reported by pytest itself; keep the GPUs hidden meanwhile
+    # (pytest 8 raises its ParseError, pytest 9 a SyntaxError)
+    try:
+        expr = expression.Expression.compile(markexpr)
+    except (SyntaxError, getattr(expression, "ParseError", SyntaxError)):
+        return False
+    others = sorted(set(re.findall(r"[A-Za-z_]\w*", markexpr)) - {"and", "or", "not", "gpu"})
+    if len(others) > MAX_MARK_NAMES:
+        raise ValueError(f"-m expression names {len(others)} markers besides gpu; at most "
+                         f"{MAX_MARK_NAMES} are supported: {markexpr!r}")
+
+    def selects(marks: frozenset) -> bool:  # a test carrying exactly ``marks``
+        return expr.evaluate(lambda name, /, **kwargs: name in marks)
+    return any(selects(frozenset({"gpu", *chosen}))
+               for k in range(len(others) + 1) for chosen in itertools.combinations(others, k))
+
+
+def pytest_configure(config) -> None:
+    """Hide the GPUs before anything initialises CUDA, unless the run selects GPU tests.
+
+    Runs before any test module is imported (this conftest is loaded first), so the modules'
+    own ``torch.cuda`` checks and every rank they launch see no GPU.
+    """
+    import sys
+    hide = not selects_gpu_tests(config.option.markexpr)
+    config.stash[GPUS_HIDDEN] = hide
+    if hide:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            raise pytest.UsageError("CUDA was initialised before tests/conftest.py could hide "
+                                    "the GPUs: run pytest in a fresh process")
+        os.environ["CUDA_VISIBLE_DEVICES"] = HIDE_GPUS
+    import torch
+    torch.set_num_threads(1)
+
+
+def requires_gpu(n: int = 1) -> pytest.MarkDecorator:
+    """Marks a test that needs ``n`` real GPUs: it runs under ``pytest -m gpu`` and skips where
+    fewer can be seen (``@requires_gpu(2)`` is ``@pytest.mark.gpu(n=2)``)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    return pytest.mark.gpu(n=n)
+
+
+def gpu_skip_reason(needed: int, visible: int, hidden: bool) -> str | None:
+    """Why a test needing ``needed`` GPUs cannot run where ``visible`` are seen (None: it can).
+
+    >>> gpu_skip_reason(1, 0, hidden=True)
+    'GPUs are hidden in this run: select GPU tests with pytest -m gpu'
+    >>> gpu_skip_reason(2, 1, hidden=False), gpu_skip_reason(1, 1, hidden=False)
+    ('needs 2 GPU(s), 1 visible', None)
+    """
+    if visible >= needed:
+        return None
+    if hidden:
+        return "GPUs are hidden in this run: select GPU tests with pytest -m gpu"
+    return f"needs {needed} GPU(s), {visible} visible"
+
+
+def pytest_runtest_setup(item) -> None:
+    """Skip a ``gpu`` test (``@pytest.mark.gpu`` or ``@requires_gpu(n)``) without its GPUs."""
+    marker = item.get_closest_marker("gpu")
+    if marker is None:
+        return
+    import torch
+    needed = int(marker.kwargs.get("n", marker.args[0] if marker.args else 1))
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    reason = gpu_skip_reason(needed, visible, item.config.stash.get(GPUS_HIDDEN, False))
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
