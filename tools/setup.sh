@@ -9,11 +9,17 @@
 # editable with its test extras, 5 DeepSpeed (pinned, pure Python: its C++/CUDA ops are left to
 # build on demand, DS_BUILD_OPS=0; --no-deps so it can never replace torch). A failed step says
 # which one and how to retry.
+#
+# On a GPU machine (tools/setup_plan.py makes these choices; `python3.11 tools/setup_plan.py
+# show` prints them): a CUDA build of the pinned torch that $PYTHON already has is kept (the
+# venv shares its packages; SWINKIT_REUSE_TORCH=0 gives a venv of its own), and mmcv is built
+# with its CPU ops only, CUDA hidden (SWINKIT_MMCV_CUDA=1 builds its CUDA ops, which need an
+# nvcc matching torch's CUDA). MAX_JOBS defaults to the cores this process may use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv
-STAMP_KEY=$(cat pyproject.toml tools/setup.sh | sha256sum | cut -c1-16)
+STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py | sha256sum | cut -c1-16)
 STAMP="$VENV/.swinkit-setup-$STAMP_KEY"
 
 step() { echo "[setup] step $1/5: $2"; CURRENT="$1 ($2)"; }
@@ -29,16 +35,27 @@ fi
 
 step 1 "virtual environment $VENV ($PY)"
 command -v "$PY" >/dev/null || { echo "[setup] $PY not found: install Python 3.11 or set PYTHON=" >&2; false; }
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+    # each answer is one line of words, none with spaces; a failing plan stops the set-up here
+    plan=$("$PY" tools/setup_plan.py venv-flags --python "$PY")
+    read -r -a VENV_FLAGS <<< "$plan"
+    [ ${#VENV_FLAGS[@]} -eq 0 ] || echo "[setup]   sharing $PY's CUDA torch (${VENV_FLAGS[*]})"
+    "$PY" -m venv "${VENV_FLAGS[@]}" "$VENV"
+fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 step 2 "torch 2.13.0 and build tools"
-"${PIP[@]}" install -q "torch==2.13.0" "setuptools>=61,<81" wheel ninja numpy "mmengine==0.10.7"
+plan=$("$VENV/bin/python" tools/setup_plan.py torch-requirement)
+read -r -a TORCH_REQ <<< "$plan"
+[ ${#TORCH_REQ[@]} -gt 0 ] || echo "[setup]   torch already installed and supported: kept"
+"${PIP[@]}" install -q "${TORCH_REQ[@]}" "setuptools>=61,<81" wheel ninja numpy "mmengine==0.10.7"
 
 step 3 "mmcv 2.1.0 with ops (from source once; cached wheel afterwards)"
 if ! "$VENV/bin/python" -c "import mmcv.ops" 2>/dev/null; then
-    echo "[setup]   building mmcv: about 15 minutes on 2 cores the first time"
-    MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-2} "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
+    plan=$("$VENV/bin/python" tools/setup_plan.py mmcv-env)
+    read -r -a MMCV_ENV <<< "$plan"
+    echo "[setup]   building mmcv: about 15 minutes on 2 cores the first time (env ${MMCV_ENV[*]})"
+    env "${MMCV_ENV[@]}" "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
 fi
 
 step 4 "swinkit (editable) with test extras"
