@@ -43,3 +43,13 @@ def test_norm_and_position_bias_parameters_get_no_weight_decay(test_cfg):
     assert decays["backbone.stages.0.blocks.0.attn.logit_scale"] == 0
     assert decays["backbone.stages.0.blocks.0.norm1.weight"] == 0
     assert decays["backbone.stages.0.blocks.0.attn.qkv.weight"] == pytest.approx(0.01)
+
+
+def test_non_blocking_copy_reaches_mmengines_preprocessor(data_root):
+    """The pinned-memory remedy asks for asynchronous host-to-device copies; MMSeg's
+    preprocessor takes no such argument, so the segmentor sets mmengine's switch itself."""
+    from swinkit.config import load_config
+    from swinkit.model.segmentor import build_segmentor
+    assert build_segmentor(load_config("test", data_root)).data_preprocessor._non_blocking is False
+    on = load_config("test", data_root, {"non_blocking_copy": True})
+    assert build_segmentor(on).data_preprocessor._non_blocking is True

@@ -16,6 +16,9 @@ def build_segmentor(cfg) -> nn.Module:
     use_mmseg_scope()
 
     model = MODELS.build(cfg.model.to_dict() if hasattr(cfg.model, "to_dict") else cfg.model)
+    # mmseg 1.2.2's SegDataPreProcessor takes no non_blocking argument (mmengine's base does):
+    # set mmengine's switch here, so that pinned batches are copied to the GPU asynchronously
+    model.data_preprocessor._non_blocking = bool(cfg.get("non_blocking_copy", False))
     with _quiet_mmengine():  # init_weights logs every parameter at INFO
         model.init_weights()
     return model.train()
