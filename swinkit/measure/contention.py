@@ -20,17 +20,70 @@ each capped at 1 (faster under load is noise, not a speed-up). The fluid model i
 
 Every rank's thread must issue the same collectives, so after each round the threads agree
 to go on (an all-reduce of a flag, MIN over ranks) until any rank's loop has finished.
+
+On CUDA the load's collectives are issued from a stream of its own, and so are injected comm
+delays (:mod:`swinkit.workloads.inject`): :class:`SideStreams` makes each such stream once, from
+the high-priority pool, never from the default pool that ProcessGroupNCCL's streams and the
+streams of futures' callbacks are drawn from, round robin. A side stream that happened to be a
+communicator's stream would make its work queue behind, and hold up, unrelated collectives.
 """
 from __future__ import annotations
 
 import statistics
 import threading
 import time
+import warnings
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 MIN_ROUNDS = 3  # rounds kept after dropping the first and the last
+# torch.cuda.Stream priority: lower is more urgent. Pool 0 serves ProcessGroupNCCL and future
+# callbacks; NCCL's high-priority option (TORCH_NCCL_HIGH_PRIORITY=1) takes the most urgent
+# level, which is -1 too only on a GPU with two priority levels.
+HIGH_PRIORITY = -1
+POOL_SIZE = 32  # streams per priority per device in PyTorch's pool; beyond, draws repeat
+
+
+def high_priority_stream(device, priority: int):
+    """A stream from PyTorch's pool of ``priority`` on ``device`` (the default factory)."""
+    return torch.cuda.Stream(device=device, priority=priority)
+
+
+class SideStreams:
+    """Dedicated streams, one per (device, name), each made once by ``factory(device=...,
+    priority=HIGH_PRIORITY)`` on first use and reused after; ``factory`` is a seam for tests.
+
+    Making a stream per use instead draws a new pool stream every time, and the pool is a
+    ring of :data:`POOL_SIZE`: within an iteration of a few dozen buckets it wraps onto streams
+    that others hold. Shared by threads (a load thread, the autograd thread): hence the lock.
+    """
+
+    def __init__(self, factory: Callable = high_priority_stream):
+        self.factory = factory
+        self._streams: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, device, name: str):
+        """The stream called ``name`` on ``device``."""
+        key = (device, name)
+        with self._lock:
+            if key not in self._streams:
+                on_device = sum(d == device for d, _ in self._streams)
+                if on_device == POOL_SIZE:
+                    warnings.warn(f"more than {POOL_SIZE} side streams on {device}: the pool "
+                                  "wraps, and some share a stream", RuntimeWarning, stacklevel=2)
+                self._streams[key] = self.factory(device=device, priority=HIGH_PRIORITY)
+            return self._streams[key]
+
+
+SIDE_STREAMS = SideStreams()  # one per process: every user of a side stream shares the cache
+
+
+def load_stream(device: torch.device, streams: SideStreams = SIDE_STREAMS):
+    """The stream :class:`CommLoad` issues its collectives from: None on CPU."""
+    return streams.get(device, "comm-load") if device.type == "cuda" else None
 
 
 class CommLoad(threading.Thread):
@@ -39,7 +92,8 @@ class CommLoad(threading.Thread):
     ``rounds``. On CUDA the collectives go on a stream of this thread, so that waiting for them
     does not wait for the training loop's kernels."""
 
-    def __init__(self, sizes: list[list[int]], dtype, device: torch.device):
+    def __init__(self, sizes: list[list[int]], dtype, device: torch.device,
+                 streams: SideStreams = SIDE_STREAMS):
         super().__init__(name="swinkit-comm-load", daemon=True)
         # A group of its own (made collectively, here, on every rank): the training loop may
         # use the world group meanwhile (SyncBN on GPU presets), and two threads' collectives
@@ -48,6 +102,7 @@ class CommLoad(threading.Thread):
         self.tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry]
                         for entry in sizes]
         self.device = device
+        self.streams = streams
         self.flag = torch.ones(1, dtype=torch.int32, device=device)
         self.go_on = True
         self.rounds: list[float] = []
@@ -59,8 +114,8 @@ class CommLoad(threading.Thread):
 
     def run(self) -> None:
         try:
-            if self.device.type == "cuda":
-                stream = torch.cuda.Stream(self.device)
+            stream = load_stream(self.device, self.streams)
+            if stream is not None:
                 with torch.cuda.stream(stream):
                     self._loop(stream.synchronize)
             else:

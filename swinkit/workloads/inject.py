@@ -12,8 +12,9 @@ Each behaves like the real thing it stands for, on CPU and GPU alike:
 * ``comm_ms``: every gradient bucket's all-reduce starts F ms after the bucket is ready, for
   every rank of the collective (link latency). The delay runs off the autograd thread: on CPU a
   FIFO launcher thread per rank keeps the collectives in order; on GPU a sleep kernel on a side
-  stream per bucket that the collective waits for. With ``ranks``, only those ranks launch
-  late, and everyone else waits for them in the collective.
+  stream per bucket (made once, high priority: never a communicator's) that the collective
+  waits for. With ``ranks``, only those ranks launch late, and everyone else waits for them in
+  the collective.
 * ``comm_scale``: every bucket's collective moves K times its bytes (the bucket plus (K-1) x
   its size of zeros, in one all-reduce): a link K times slower. The added time is what the
   isolated all-reduce benchmark measures for the extra bytes. A collective runs at the pace of
@@ -28,16 +29,28 @@ Each behaves like the real thing it stands for, on CPU and GPU alike:
   figures). ``data_ms`` with ``every`` needs loader workers 0: workers load ahead, out of step.
 
 Off by default and nothing is inserted unless a value is positive (``comm_scale`` above 1).
+
+What was injected is measured, not assumed. A sleep kernel counts SM clock cycles and is
+calibrated against CUDA events before the run, but under training load the SM clock moves
+(boost, power and thermal limits), so the delay a kernel gives differs from the one asked for.
+Every injected compute spin or sleep and every comm delay is timed where it runs (CUDA events
+around the sleep kernel; the host clock around a CPU spin or launcher wait), and the delay
+objects hand the measured seconds back per iteration (:meth:`MeasuredDelay.take_measured`): the
+ground truth to hold attribution against.
 """
 from __future__ import annotations
 
 import queue
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
+
+from swinkit.measure.contention import SIDE_STREAMS, SideStreams
 
 DELAY_FIELDS = ("data_ms", "compute_ms", "comm_ms")
 
@@ -122,8 +135,13 @@ def _number(key: str, raw: str, minimum: float) -> float:
 class Gate:
     """Whether this iteration is injected: the rank loop sets ``on`` at the top of every
     iteration, and every injection point reads it (one per process; the data pipeline's is
-    the module's :data:`GATE`, since MMEngine builds transforms from config dicts)."""
+    the module's :data:`GATE`, since MMEngine builds transforms from config dicts).
+
+    ``iteration`` is the loop's position, set beside ``on``: each measured delay is filed under
+    the iteration that asked for it (a CPU comm delay ends on another thread, a CUDA one on the
+    device, both later)."""
     on = True
+    iteration: int | None = None
 
 
 GATE = Gate()
@@ -149,6 +167,71 @@ def add_data_delay(cfg, injection: Injection, rank: int) -> None:
         cfg.train_dataset.pipeline.append(dict(type="InjectDelay", ms=injection.data_ms))
 
 
+# ---------------------------------------------------------------- measured delays
+
+class DelayMeter:
+    """The seconds each injected call actually took, filed by iteration, until taken.
+
+    A host-timed call is stored as seconds; a CUDA one as its (start, stop) event pair, read
+    only in :meth:`take`, so nothing waits on the device inside a step. Appended from the
+    autograd thread and a launcher thread, taken from the loop: hence the lock."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls: list = []   # (iteration, seconds | (start_event, stop_event))
+
+    def add_seconds(self, iteration: int | None, seconds: float) -> None:
+        with self._lock:
+            self._calls.append((iteration, seconds))
+
+    def add_events(self, iteration: int | None, start, stop) -> None:
+        with self._lock:
+            self._calls.append((iteration, (start, stop)))
+
+    def take(self) -> list[tuple[int | None, float]]:
+        """``(iteration, seconds)`` per call since the last take, in call order. Waits for
+        each CUDA stop event: call it after the loop (or after a synchronize), never inside
+        a measured step."""
+        with self._lock:
+            calls, self._calls = self._calls, []
+        return [(it, _seconds(value)) for it, value in calls]
+
+
+def _seconds(value) -> float:
+    if isinstance(value, tuple):
+        start, stop = value
+        stop.synchronize()  # free once the caller has synchronised
+        return start.elapsed_time(stop) / 1e3
+    return value
+
+
+class MeasuredDelay:
+    """A delay that times itself (``meter``): what it injected, read after the run."""
+    meter: DelayMeter
+
+    def take_measured(self) -> list[tuple[int | None, float]]:
+        """``(iteration, seconds)`` per injected call since the last take (see
+        :meth:`DelayMeter.take`)."""
+        return self.meter.take()
+
+    def take_measured_s(self) -> float:
+        """Seconds injected, all calls together, since the last take."""
+        return sum(seconds for _, seconds in self.meter.take())
+
+
+def per_iteration(measured: list[tuple[int | None, float]], positions: list[int]) -> list[float]:
+    """Seconds injected in each iteration at ``positions`` (0.0 where nothing was), from
+    :meth:`MeasuredDelay.take_measured`'s pairs.
+
+    >>> per_iteration([(0, 0.5), (2, 0.25), (2, 0.25)], [0, 1, 2])
+    [0.5, 0.0, 0.5]
+    """
+    totals: dict = defaultdict(float)
+    for iteration, seconds in measured:
+        totals[iteration] += seconds
+    return [totals.get(n, 0.0) for n in positions]
+
+
 # ---------------------------------------------------------------- compute
 
 def spin(seconds: float) -> None:
@@ -158,37 +241,97 @@ def spin(seconds: float) -> None:
         pass
 
 
-def cuda_sleep_cycles_per_second() -> float:
-    """Calibrate ``torch.cuda._sleep`` (it counts SM clock cycles, and clocks vary) against
-    CUDA events, once, before anything is measured."""
+class HostSpin:
+    """CPU: spin ``seconds`` on the calling thread, timed by the host clock."""
+
+    def __init__(self, seconds: float, meter: DelayMeter | None = None):
+        self.seconds = seconds
+        self.meter = DelayMeter() if meter is None else meter
+
+    def __call__(self) -> None:
+        start = time.perf_counter()
+        spin(self.seconds)
+        self.meter.add_seconds(GATE.iteration, time.perf_counter() - start)
+
+
+class CudaSleep:
+    """GPU: a sleep kernel of about ``seconds`` on the current stream, between two CUDA events
+    (the measured amount). ``cycles_per_second`` defaults to a fresh calibration."""
+
+    def __init__(self, seconds: float, meter: DelayMeter | None = None,
+                 cycles_per_second: float | None = None):
+        rate = cuda_sleep_cycles_per_second() if cycles_per_second is None else cycles_per_second
+        self.cycles = max(int(seconds * rate), 1)
+        self.meter = DelayMeter() if meter is None else meter
+
+    def __call__(self) -> None:
+        self.meter.add_events(GATE.iteration, *_cuda_sleep_between_events(self.cycles))
+
+
+def _cuda_sleep_between_events(cycles: int) -> tuple:
+    """Enqueue ``torch.cuda._sleep(cycles)`` between two timing events on the current stream;
+    returns the events (nothing waits for them here)."""
     import torch
-    cycles = 20_000_000
-    torch.cuda._sleep(cycles // 10)  # warm up the clocks
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     torch.cuda._sleep(cycles)
     stop.record()
-    stop.synchronize()
-    return cycles / (start.elapsed_time(stop) / 1e3)
+    return start, stop
 
 
-def add_compute_delay(model, injection: Injection, rank: int, cuda: bool) -> None:
-    """A forward pre-hook on the backbone that occupies the device for ``compute_ms``."""
-    if not (injection.compute_ms > 0 and injection.applies_to(rank)):
-        return
-    seconds = injection.compute_ms / 1e3
-    if cuda:
-        import torch
-        cycles = int(seconds * cuda_sleep_cycles_per_second())
-        occupy = lambda: torch.cuda._sleep(cycles)  # noqa: E731
-    else:
-        occupy = lambda: spin(seconds)  # noqa: E731
+def calibrate_sleep_rate(timed_sleep: Callable[[int], float], warmup_s: float = 0.1,
+                         measure_s: float = 0.1, probe_cycles: int = 2_000_000) -> float:
+    """Cycles per second of a clock-counting sleep, as it runs once the clocks have ramped up.
 
-    def hook(module, args) -> None:
+    ``timed_sleep(cycles)`` runs the sleep and returns the seconds it took. A short probe gives
+    a first rate; then at least ``warmup_s`` of spinning in chunks (an idle GPU boosts its
+    clock only after a while of load, so a ms-long warm-up measures a cold clock); then one
+    sleep of about ``measure_s`` gives the rate.
+    """
+    rate = probe_cycles / _positive(timed_sleep(probe_cycles), probe_cycles)
+    spent = 0.0
+    while spent < warmup_s:
+        chunk = max(int(rate * warmup_s / 4), 1)
+        took = _positive(timed_sleep(chunk), chunk)
+        rate, spent = chunk / took, spent + took
+    cycles = max(int(rate * measure_s), 1)
+    return cycles / _positive(timed_sleep(cycles), cycles)
+
+
+def _positive(seconds: float, cycles: int) -> float:
+    if not seconds > 0:
+        raise ValueError(f"a sleep of {cycles} cycles took {seconds!r} s: cannot calibrate")
+    return seconds
+
+
+def cuda_sleep_cycles_per_second() -> float:
+    """Calibrate ``torch.cuda._sleep`` (it counts SM clock cycles, and clocks vary) against
+    CUDA events, after a warm-up (:func:`calibrate_sleep_rate`), before anything is measured."""
+    return calibrate_sleep_rate(lambda cycles: _seconds(_cuda_sleep_between_events(cycles)))
+
+
+class ComputeDelay(MeasuredDelay):
+    """A forward pre-hook that occupies the device with ``occupy`` on injected iterations."""
+
+    def __init__(self, occupy: HostSpin | CudaSleep):
+        self.occupy = occupy
+        self.meter = occupy.meter
+
+    def __call__(self, module, args) -> None:
         # Must return None: a forward pre-hook's return value replaces the module's inputs.
         if GATE.on:
-            occupy()
-    model.backbone.register_forward_pre_hook(hook)
+            self.occupy()
+
+
+def add_compute_delay(model, injection: Injection, rank: int, cuda: bool) -> ComputeDelay | None:
+    """A forward pre-hook on the backbone that occupies the device for ``compute_ms``; returns
+    it (to read what it injected), or None where this rank has no compute injection."""
+    if not (injection.compute_ms > 0 and injection.applies_to(rank)):
+        return None
+    seconds = injection.compute_ms / 1e3
+    delay = ComputeDelay(CudaSleep(seconds) if cuda else HostSpin(seconds))
+    model.backbone.register_forward_pre_hook(delay)
+    return delay
 
 
 # ---------------------------------------------------------------- communication
@@ -205,13 +348,14 @@ def comm_launcher(injection: Injection, rank: int, cuda: bool):
     return None
 
 
-class ThreadDelayedLaunch:
+class ThreadDelayedLaunch(MeasuredDelay):
     """CPU: each bucket's all-reduce is launched ``delay_s`` after it is ready, by one FIFO
     thread per rank (so every rank launches its collectives in the same order), never by the
-    autograd thread, which goes on computing."""
+    autograd thread, which goes on computing. Measured: from ready to launch, host clock."""
 
     def __init__(self, delay_s: float):
         self.delay_s = delay_s
+        self.meter = DelayMeter()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name="swinkit-delayed-launch", daemon=True)
         self.thread.start()
@@ -222,14 +366,17 @@ class ThreadDelayedLaunch:
         tensor.div_(group.size())
         out = torch.futures.Future()
         delay = self.delay_s if GATE.on else 0.0
-        self.jobs.put((time.perf_counter() + delay, tensor, group, record, clock, out))
+        ready = time.perf_counter()
+        self.jobs.put((ready, delay, GATE.iteration, tensor, group, record, clock, out))
         return out
 
     def _run(self) -> None:
         import torch.distributed as dist
         while True:
-            due, tensor, group, record, clock, out = self.jobs.get()
-            time.sleep(max(due - time.perf_counter(), 0.0))
+            ready, delay, iteration, tensor, group, record, clock, out = self.jobs.get()
+            time.sleep(max(ready + delay - time.perf_counter(), 0.0))
+            if delay > 0:
+                self.meter.add_seconds(iteration, time.perf_counter() - ready)
             record.arrive = clock.now()
             try:
                 fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
@@ -246,25 +393,38 @@ def _forward_result(source, target) -> None:
         target.set_exception(exc)
 
 
-class CudaDelayedLaunch:
+class CudaDelayedLaunch(MeasuredDelay):
     """GPU: a sleep kernel of ``delay_s`` on a side stream per bucket, which waits for the
     bucket's gradients; the collective waits for the side stream. Device time, so it delays the
-    collective by the same amount however far the host runs ahead."""
+    collective by the same amount however far the host runs ahead. Measured: CUDA events
+    around each sleep.
 
-    def __init__(self, delay_s: float):
-        self.cycles = int(delay_s * cuda_sleep_cycles_per_second())
-        self.streams: dict = {}
+    The side streams are made once per bucket and device, from the high-priority pool
+    (:class:`~swinkit.measure.contention.SideStreams`): a stream drawn from the default pool on
+    every call would, within the first iteration of a model with a few dozen buckets, wrap onto
+    the NCCL stream, and each bucket's sleep would queue behind earlier all-reduces and delay the
+    later ones. ``sleep`` and ``streams`` are seams for tests."""
+
+    def __init__(self, delay_s: float, sleep: CudaSleep | None = None,
+                 streams: SideStreams | None = None):
+        self.sleep = CudaSleep(delay_s) if sleep is None else sleep
+        self.meter = self.sleep.meter
+        self.streams = SIDE_STREAMS if streams is None else streams
+
+    def side_stream(self, name: str, device):
+        """The dedicated stream of bucket ``name`` on ``device``."""
+        return self.streams.get(device, f"comm-delay:{name}")
 
     def __call__(self, bucket, group, record, clock):
         import torch
         import torch.distributed as dist
         tensor = bucket.buffer()
         tensor.div_(group.size())
-        side = self.streams.setdefault(record.name, torch.cuda.Stream())
+        side = self.side_stream(record.name, tensor.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             if GATE.on:
-                torch.cuda._sleep(self.cycles)
+                self.sleep()  # on ``side``: the current stream here
             record.arrive = clock.now()
             fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
         tensor.record_stream(side)
