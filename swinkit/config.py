@@ -98,6 +98,8 @@ def validate(cfg) -> None:
     check_int("images_per_rank", cfg.get("images_per_rank"))
     check_int("loader_workers", cfg.get("loader_workers"), 0)
     check_int("skip_bad_samples", cfg.get("skip_bad_samples", 0), 0)
+    if not isinstance(cfg.get("cpu_sync_bn", False), bool):
+        raise ValueError(f"cpu_sync_bn must be True or False, got {cfg.get('cpu_sync_bn')!r}")
     if cfg.get("device") not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {cfg.get('device')!r}")
     window = cfg.model.backbone.window_size
@@ -147,8 +149,11 @@ def _derive(cfg, data_root: Path) -> None:
     cfg.param_scheduler[0]["end"] = cfg.warmup_iters
     last["begin"], last["end"] = cfg.warmup_iters, max(cfg.base_iters, cfg.warmup_iters + 1)
     if cfg.device == "cpu":
-        # SyncBatchNorm refuses CPU tensors; on CPU the heads use plain BN.
-        cfg.model = _replace_type(cfg.model.to_dict(), "SyncBN", "BN")
+        # torch's SyncBatchNorm refuses CPU tensors: on CPU the heads use plain BN, or with
+        # cpu_sync_bn SyncBN's CPU stand-in (swinkit.model.cpu_syncbn), which keeps SyncBN's
+        # module type, hooks and collectives so that the GPU presets' paths run here too.
+        norm = "CpuSyncBN" if cfg.get("cpu_sync_bn", False) else "BN"
+        cfg.model = _replace_type(cfg.model.to_dict(), "SyncBN", norm)
 
 
 def load_config(preset: str = "cpu", data_root: str | os.PathLike | None = None,

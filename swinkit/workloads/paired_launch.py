@@ -26,6 +26,7 @@ class Switch:
     def __init__(self, real, alone, local_launcher):
         self.real, self.alone, self.local_launcher = real, alone, local_launcher
         self.local = False
+        self.sync_bn: list = []  # (module, its own group) of route_sync_batch_norm
         self.shapes = getattr(local_launcher, "shapes", None)  # PowerSGD's, for its payloads
 
     @classmethod
@@ -42,6 +43,16 @@ class Switch:
 
     def use(self, local: bool) -> None:
         self.local = local
+        for module, group in self.sync_bn:
+            module.process_group = self.alone if local else group
+
+    def route_sync_batch_norm(self, model) -> int:
+        """SyncBN's statistics go over the group of one in local steps, where SyncBN is then
+        plain batch norm: the local steps communicate nothing, and the SyncBN collectives of
+        the real steps are timed on their own for the oracle. Returns how many modules."""
+        self.sync_bn = [(m, m.process_group) for m in sync_batch_norms(model)]
+        self.use(self.local)
+        return len(self.sync_bn)
 
     def route_buffer_broadcast(self, ddp: DistributedDataParallel) -> None:
         """DDP's buffer broadcast before each forward goes over the group of one in local
@@ -68,6 +79,11 @@ class Switch:
         if self.local:
             return self.local_launcher(bucket, self.alone, record, clock)
         return self.real(bucket, group, record, clock)
+
+
+def sync_batch_norms(model) -> list:
+    """The model's SyncBatchNorm modules (torch's, and its CPU stand-in)."""
+    return [m for m in model.modules() if ddp_hooks.is_sync_batch_norm(m)]
 
 
 def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:

@@ -20,6 +20,11 @@ data_root = ''
 skip_bad_samples = 0         # >0: replace up to this many bad samples in a row, and record them
 
 norm_cfg = dict(type='SyncBN', requires_grad=True)   # CPU runs get BN (SyncBN needs CUDA)
+# True: CPU runs get SyncBN's CPU stand-in instead of BN (same module type, hooks and
+# collectives over gloo), to exercise the GPU presets' SyncBN paths without a GPU
+cpu_sync_bn = False
+# True: host-to-device batch copies are asynchronous (with pinned loader memory they overlap)
+non_blocking_copy = False
 data_preprocessor = dict(
     type='SegDataPreProcessor',
     mean=[123.675, 116.28, 103.53],
