@@ -103,7 +103,8 @@ def split_wait(arrive: float, done: float, last_arrival: float) -> tuple[float, 
     return wait, span - wait
 
 
-def charge_wait(wait: float, late: dict[str, float], waiting: dict[str, float]) -> tuple[dict, float]:
+def charge_wait(wait: float, late: dict[str, float], waiting: dict[str, float],
+                resolution_s: float = RESOLUTION_S) -> tuple[dict, float]:
     """Split ``wait`` over the phases in which the late rank worked longer than the waiting one.
 
     Returns ({phase: seconds charged}, seconds unattributed); they add up to ``wait``.
@@ -111,7 +112,7 @@ def charge_wait(wait: float, late: dict[str, float], waiting: dict[str, float]) 
     >>> charge_wait(0.08, {"data_wait": 0.10, "forward": 0.2}, {"data_wait": 0.02, "forward": 0.2})
     ({'data_wait': 0.08}, 0.0)
     """
-    excess = {p: late[p] - waiting[p] for p in late if late[p] - waiting[p] > RESOLUTION_S}
+    excess = {p: late[p] - waiting[p] for p in late if late[p] - waiting[p] > resolution_s}
     total = sum(excess.values())
     if total <= 0:
         return {}, wait
@@ -120,8 +121,13 @@ def charge_wait(wait: float, late: dict[str, float], waiting: dict[str, float]) 
     return charged, max(wait - total, 0.0)
 
 
-def compute_blame(timelines: dict[int, list[dict]], warmup: int = 0) -> BlameResult:
-    """Blame for every rank and every iteration at or after ``warmup`` (see the module doc)."""
+def compute_blame(timelines: dict[int, list[dict]], warmup: int = 0,
+                  resolution_s: float = RESOLUTION_S) -> BlameResult:
+    """Blame for every rank and every iteration at or after ``warmup`` (see the module doc).
+
+    ``resolution_s``: differences the ranks' clocks cannot tell apart (at least
+    :data:`RESOLUTION_S`; on GPU the event-to-host mapping's error, across hosts the offsets'):
+    a wait or an excess below it is not read as a cause (:func:`resolution`)."""
     ranks = sorted(timelines)
     intervals = {r: _intervals(timelines[r]) for r in ranks}
     syncs = {r: _syncs(timelines[r], intervals[r]) for r in ranks}
@@ -134,7 +140,8 @@ def compute_blame(timelines: dict[int, list[dict]], warmup: int = 0) -> BlameRes
                             f"({ {r: len(syncs[r]) for r in ranks} }): waits left in their phases")
     else:
         for k in range(counts.pop()):
-            _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out, warmup)
+            _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out, warmup,
+                       max(resolution_s, RESOLUTION_S))
     for r in ranks:
         rows = per_iter[r][warmup:n_iter]
         out.blame[r] = [row["blame"] for row in rows]
@@ -150,7 +157,8 @@ def _start_row(iteration: dict) -> dict:
             "transfer": dict.fromkeys(PHASES, 0.0)}
 
 
-def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult, warmup) -> None:
+def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult, warmup,
+               resolution_s: float = RESOLUTION_S) -> None:
     """The k-th blocking collective of the run, on every rank."""
     here = {r: syncs[r][k] for r in ranks}
     last = max(ranks, key=lambda r: here[r].arrive)
@@ -163,18 +171,33 @@ def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult
         row["transfer"][s.phase] += transfer
         row["blame"][s.phase] -= wait + transfer
         row["blame"]["exposed_comm"] += transfer
-        if wait <= RESOLUTION_S:  # kept in the sum, but no cause is read into clock rounding
+        if wait <= resolution_s:  # kept in the sum, but no cause is read into clock error
             row["blame"][UNATTRIBUTED] += wait
             continue
         prev_r = syncs[r][k - 1].done if k else timelines[r][0]["marks"][0][1]
         prev_l = syncs[last][k - 1].done if k else timelines[last][0]["marks"][0][1]
         charged, unattributed = charge_wait(wait, _work(intervals[last], prev_l, here[last].arrive),
-                                            _work(intervals[r], prev_r, s.arrive))
+                                            _work(intervals[r], prev_r, s.arrive), resolution_s)
         for phase, seconds in charged.items():
             row["blame"][phase] += seconds
             if s.iteration >= warmup:
                 out.wait_caused[(last, phase)] += seconds
         row["blame"][UNATTRIBUTED] += unattributed
+
+
+def resolution(clocks: list[dict]) -> float:
+    """Blame's resolution for ranks whose clocks are these results' ``clock`` entries: the
+    widest GPU event-to-host mapping error plus, across hosts, the widest offset error (one
+    host's ranks share the clock: its offset estimate is only a check).
+
+    >>> resolution([{"same_host": True, "error_s": 4e-5, "alignment_error_s": 2e-5},
+    ...             {"same_host": True, "error_s": 3e-5, "alignment_error_s": 5e-6}])
+    2e-05
+    """
+    align = max((c.get("alignment_error_s") or 0.0) for c in clocks)
+    offsets = 0.0 if all(c.get("same_host", True) for c in clocks) else max(
+        c.get("error_s") or 0.0 for c in clocks)
+    return max(RESOLUTION_S, align + offsets)
 
 
 def summarize_blame(result: BlameResult) -> dict:

@@ -57,6 +57,11 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
     delay = {r["rank"]: (launch_delay_s or {}).get(r["rank"], 0.0) for r in ranks}
     rates = {name: (costs.get("contention") or {}).get(name, 1.0)
              for name in ("compute_rate", "comm_rate")}
+    # SyncBN's collectives (GPU presets at N > 1): the local steps ran it as plain batch norm.
+    # Its forward all-gathers sit in the decode heads, at the end of forward: one barrier
+    # there, then their time; its backward all-reduces come early in backward, right after
+    # that barrier, so they add their time to backward with no wait of their own.
+    sync_bn = costs.get("sync_bn_s") or {"forward": 0.0, "backward": 0.0}
     t = {r["rank"]: 0.0 for r in ranks}
     comm_free = 0.0
     step_ends = [0.0]
@@ -77,12 +82,14 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
                 comm_free = max(max(t.values()), comm_free) + broadcast
                 t = dict.fromkeys(t, comm_free)
             forward_end = {r: t[r] + ph[r]["forward"] for r in t}
+            if sync_bn["forward"] > 0:  # SyncBN's gathers hold every rank (in the heads)
+                forward_end = dict.fromkeys(t, max(forward_end.values()) + sync_bn["forward"])
+            backward = {r: ph[r]["backward"] + sync_bn["backward"] for r in t}
             if p == k - 1 and comm:  # the synchronising micro-batch
-                t, comm_free = overlap_backward(
-                    forward_end, {r: ph[r]["backward"] for r in t}, ready, delay, comm,
-                    comm_free, **rates)
+                t, comm_free = overlap_backward(forward_end, backward, ready, delay, comm,
+                                                comm_free, **rates)
             else:
-                t = {r: forward_end[r] + ph[r]["backward"] for r in t}
+                t = {r: forward_end[r] + backward[r] for r in t}
             for r in t:
                 t[r] += ph[r]["exposed_comm"] + ph[r]["optimizer"] + ph[r]["other"]
         step_ends.append(max(t.values()))

@@ -42,33 +42,97 @@ class HostClock:
     def seconds(self, mark: float) -> float:
         return mark
 
+    def anchor(self) -> None:
+        """Marks are host time already."""
+
     def finish(self) -> None:
         """Nothing is in flight on the host."""
 
+    def error_s(self) -> float:
+        return 0.0
+
 
 class CudaClock:
-    """CUDA-event marks on the current stream, read after the run (no sync inside the step)."""
+    """CUDA-event marks on the current stream, read after the run (no sync inside the step).
+
+    Events become host seconds through *anchors*: an event recorded on an idle device between
+    two host reads, ``synchronize(); t0; record; synchronize(); t1``, completed within
+    [t0, t1], so its host time is their midpoint within half their distance. Anchors are taken
+    at start-up, wherever the loop already stands outside an iteration (:meth:`anchor`) and at
+    the end (:meth:`finish`); a mark maps along the straight line between the anchors around
+    it, so the GPU timer's drift against the host clock over a long run is followed piecewise.
+    :meth:`error_s` bounds the mapping's error: the widest anchor, plus how far the middle
+    anchors sit off the line through the first and the last (the drift one line would miss).
+    ``event_factory`` and ``synchronize``: CUDA's unless given (a CPU test drives the
+    arithmetic with fake events)."""
     name = "cuda_events"
 
-    def __init__(self):
-        import torch
-        self._torch = torch
-        torch.cuda.synchronize()
-        self._ref = torch.cuda.Event(enable_timing=True)
-        self._ref.record()
-        torch.cuda.synchronize()
-        self._ref_host = time.perf_counter()  # the reference event completed just before this
+    def __init__(self, event_factory=None, synchronize=None, now=time.perf_counter):
+        if event_factory is None:
+            import torch
+            event_factory = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+            synchronize = torch.cuda.synchronize
+        self._event, self._sync, self._now = event_factory, synchronize, now
+        self._anchors: list[tuple[Any, float, float]] = []  # (event, host seconds, half-width)
+        self._marked = False  # a mark was recorded since the last anchor
+        self.anchor()
+
+    def anchor(self) -> None:
+        """Map the device's timer to the host clock now (synchronises: outside iterations)."""
+        self._sync()
+        t0 = self._now()
+        event = self._event()
+        event.record()
+        self._sync()
+        t1 = self._now()
+        self._anchors.append((event, (t0 + t1) / 2, (t1 - t0) / 2))
+        self._marked = False
 
     def now(self):
-        event = self._torch.cuda.Event(enable_timing=True)
+        event = self._event()
         event.record()
+        self._marked = True
         return event
 
+    def _elapsed(self, mark) -> float:
+        """Device seconds from the first anchor to ``mark``."""
+        return self._anchors[0][0].elapsed_time(mark) / 1e3
+
     def seconds(self, mark) -> float:
-        return self._ref_host + self._ref.elapsed_time(mark) / 1e3
+        return map_piecewise(self._points(), self._elapsed(mark))
+
+    def _points(self) -> list[tuple[float, float]]:
+        return [(self._elapsed(event), host) for event, host, _ in self._anchors]
 
     def finish(self) -> None:
-        self._torch.cuda.synchronize()
+        """Close the mapping after the last mark (resolving twice adds no second anchor)."""
+        if self._marked:
+            self.anchor()
+
+    def error_s(self) -> float:
+        points = self._points()
+        widest = max(half for _, _, half in self._anchors)
+        if len(points) < 3:
+            return widest
+        ends = [points[0], points[-1]]
+        return widest + max(abs(map_piecewise(ends, x) - host) for x, host in points[1:-1])
+
+
+def map_piecewise(points: list[tuple[float, float]], x: float) -> float:
+    """``x`` mapped along the straight lines through ``points`` ((x, y), x ascending); beyond
+    either end along the nearest segment (one point: a shift).
+
+    >>> map_piecewise([(0.0, 10.0), (1.0, 11.5), (2.0, 12.5)], 1.5), map_piecewise([(0.0, 10.0), (1.0, 11.5)], 3.0)
+    (12.0, 14.5)
+    """
+    if len(points) == 1:
+        return points[0][1] + x - points[0][0]
+    i = 1
+    while i < len(points) - 1 and x > points[i][0]:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 1.0
+    return y0 + (x - x0) * slope
 
 
 class NullClock:
@@ -81,8 +145,38 @@ class NullClock:
     def seconds(self, mark) -> float:
         return float("nan")
 
+    def anchor(self) -> None:
+        pass
+
     def finish(self) -> None:
         pass
+
+    def error_s(self) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class OffsetLine:
+    """A rank's clock minus rank 0's as a straight line through two estimates (before and
+    after the run), so drift between hosts is followed rather than frozen at the start.
+
+    >>> line = OffsetLine(100.0, 0.010, 200.0, 0.012)   # 20 ppm drift
+    >>> round(line(150.0), 6), OffsetLine.none()(5.0)
+    (0.011, 0.0)
+    """
+    at0: float
+    offset0: float
+    at1: float
+    offset1: float
+
+    @classmethod
+    def none(cls) -> "OffsetLine":
+        return cls(0.0, 0.0, 1.0, 0.0)
+
+    def __call__(self, t: float) -> float:
+        if self.at1 == self.at0:
+            return self.offset0
+        return self.offset0 + (t - self.at0) * (self.offset1 - self.offset0) / (self.at1 - self.at0)
 
 
 def make_clock(cuda: bool, enabled: bool = True):
@@ -108,10 +202,16 @@ class IterationRecord:
     marks: list[tuple[str, Any]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
-    def resolve(self, clock, offset_s: float = 0.0) -> dict:
-        """Plain seconds on rank 0's clock (``offset_s``: this rank's clock minus rank 0's)."""
+    def resolve(self, clock, offset_s: "float | Callable[[float], float]" = 0.0) -> dict:
+        """Plain seconds on rank 0's clock (``offset_s``: this rank's clock minus rank 0's, a
+        number or a function of this rank's time such as :class:`OffsetLine`)."""
+        offset = offset_s if callable(offset_s) else (lambda t: offset_s)
+
         def s(mark):
-            return None if mark is None else clock.seconds(mark) - offset_s
+            if mark is None:
+                return None
+            t = clock.seconds(mark)
+            return t - offset(t)
         return {"marks": [[name, s(m)] for name, m in self.marks],
                 "collectives": [{"name": c.name, "blocking": c.blocking, "arrive": s(c.arrive),
                                  "done": s(c.done), "ready": s(c.ready), "bytes": c.nbytes}
@@ -130,6 +230,11 @@ class Timeline:
     @property
     def enabled(self) -> bool:
         return not isinstance(self.clock, NullClock)
+
+    @property
+    def is_open(self) -> bool:
+        """An iteration is being recorded (between ``begin`` and ``end``)."""
+        return self._open
 
     @property
     def current(self) -> IterationRecord:
@@ -157,7 +262,7 @@ class Timeline:
         self.current.collectives.append(record)
         return record
 
-    def resolve(self, offset_s: float = 0.0) -> list[dict]:
+    def resolve(self, offset_s: "float | Callable[[float], float]" = 0.0) -> list[dict]:
         self.clock.finish()
         return [it.resolve(self.clock, offset_s) for it in self.iterations]
 

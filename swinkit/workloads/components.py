@@ -36,7 +36,7 @@ from swinkit.attribution.oracle import simulate
 from swinkit.measure.contention import CommLoad, rates
 from swinkit.measure.ddp_hooks import bucket_sizes_bytes
 from swinkit.measure.timeline import phase_durations, work_durations
-from swinkit.measure.timing import timed
+from swinkit.measure.timing import event_timed, timed
 from swinkit.workloads.ddp import ddp_rank
 
 COMM_REPS = 7
@@ -86,6 +86,8 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         "bucket_hot_s": time_collectives(sizes, dtype, device, "all_reduce"),
         **(buffer_broadcast(result, device, rank, same_host) if broadcast
            else {"broadcast_s": 0.0, "buffer_sync": False}),
+        "sync_bn_s": sync_bn_collectives(result.get("sync_bn_channels") or [], device,
+                                         rank.world_size),
         "elements": sizes, "dtype": str(dtype).replace("torch.", ""),
     }
     if "contention" in result:
@@ -119,6 +121,19 @@ def buffer_broadcast(result: dict, device, rank, same_host: bool) -> dict:
     # clamped: the difference of two noisy times, and N ranks cannot broadcast faster than one
     return {"broadcast_s": max(world - alone, 0.0), "broadcast_world_s": world,
             "broadcast_alone_s": alone, "buffer_sync": True}
+
+
+def sync_bn_collectives(channels: list[int], device, world_size: int) -> dict:
+    """What SyncBN's collectives take per iteration at this world size, over every rank: in
+    forward each SyncBN all-gathers its (2C + 1) statistics (mean, invstd, count), in backward
+    it all-reduces 2C gradient sums (torch's SyncBatchNorm). The local steps ran SyncBN as
+    plain batch norm over a group of one (no collective), so the oracle adds these back.
+    Nothing at one rank, where SyncBN is plain batch norm in the DDP run too."""
+    if world_size == 1 or not channels:
+        return {"forward": 0.0, "backward": 0.0, "layers": len(channels)}
+    forward = time_collectives([[2 * c + 1 for c in channels]], torch.float32, device, "all_gather")
+    backward = time_collectives([[2 * c for c in channels]], torch.float32, device, "all_reduce")
+    return {"forward": forward[0], "backward": backward[0], "layers": len(channels)}
 
 
 def module_buffers(result: dict, device) -> list[torch.Tensor]:
@@ -164,7 +179,7 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
 
 def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
                      tensors: list[list[torch.Tensor]] | None = None,
-                     same_host: bool = True, group=None) -> list[float]:
+                     same_host: bool = True, group=None, events=None) -> list[float]:
     """Seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
     slowest rank's: the median of the rounds hot, their trimmed mean cold. ``tensors``: the
     entries themselves, instead of zeros of ``sizes``. ``op``:
@@ -179,11 +194,18 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
     group the entries run over (default: every rank); over a group of one each rank times its
     own, from its own arrival.
     Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
-    after 10 ms of compute or a 64 MB sweep."""
+    after 10 ms of compute or a 64 MB sweep.
+
+    On GPU (or with ``events``, a factory of device-event stand-ins) each entry is timed by
+    events on the launching stream, one synchronisation per round
+    (:func:`~swinkit.measure.timing.event_timed`): what the collective takes on the device, as
+    DDP pipelines the buckets on one stream, without a host launch and sync per entry."""
     if tensors is None:
         tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
     run = _entry_runner(op, group)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
+    if events is None and device.type == "cuda":
+        events = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
         cold and device.type == "cpu") else None
     one_host = cold and same_host and group is None
@@ -191,7 +213,13 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
     for _ in range(COMM_WARMUP + (COLD_COMM_REPS if cold else COMM_REPS)):
         if not cold:
             dist.barrier()
-            times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
+            if events is not None:
+                times = event_timed([lambda entry=entry: run(entry) for entry in tensors], events,
+                                    sync or (lambda: None))
+            else:
+                times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
+        elif events is not None:
+            times = [_cold_events(entry, run, sync, events) for entry in tensors]
         else:
             times = [_cold_once(entry, run, sync, sweep, device, one_host) for entry in tensors]
         slowest = torch.tensor(times, dtype=torch.float64, device=device)
@@ -218,12 +246,25 @@ def _entry_runner(op: str, group=None):
     """``group``'s rank 0 is the source of a broadcast."""
     if op == "all_reduce":
         return lambda entry: [dist.all_reduce(t, group=group) for t in entry]
+    if op == "all_gather":  # each rank's tensor to every rank, as SyncBN's statistics
+        def gather(entry):
+            for t in entry:
+                dist.all_gather([torch.empty_like(t) for _ in range(dist.get_world_size(group))],
+                                t, group=group)
+        return gather
     group = dist.group.WORLD if group is None else group
     if op == "broadcast":
         return lambda entry: [dist.broadcast(t, group=group, group_src=0) for t in entry]
     if op == "broadcast_coalesced":
         return lambda entry: dist._broadcast_coalesced(group, entry, DDP_BROADCAST_BUCKET_BYTES, 0)
     raise ValueError(f"unknown collective {op!r}")
+
+
+def _cold_events(entry, run, sync, events) -> float:
+    """One entry after a barrier, timed on the device by events (the GPU path): the barrier
+    leaves the ranks' launches microseconds apart, which the slowest rank's time includes."""
+    dist.barrier()
+    return event_timed([lambda: run(entry)], events, sync or (lambda: None))[0]
 
 
 def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
@@ -285,6 +326,8 @@ def costs(run: dict) -> dict:
             "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
             "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
+            # results from before SyncBN was timed: none (CPU runs had no SyncBN)
+            "sync_bn_s": comm.get("sync_bn_s") or {"forward": 0.0, "backward": 0.0},
             # results from before the broadcast was split: a broadcast was timed if it ran
             "buffer_sync": comm.get("buffer_sync", comm["broadcast_s"] > 0),
             "comm_dtype": comm["dtype"], "bucket_sizes_bytes": run["bucket_sizes_bytes"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -34,14 +35,15 @@ from swinkit.measure import memory
 from swinkit.measure import ddp_hooks
 from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
-from swinkit.measure.timeline import Timeline, estimate_clock_offsets, make_clock, phase_durations
+from swinkit.measure.timeline import (OffsetLine, Timeline, estimate_clock_offsets, make_clock,
+                                      phase_durations)
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.workloads.ddp_options import DDPOptions
 from swinkit.workloads.errors import out_of_memory_named
-from swinkit.workloads.inject import (GATE, Injection, add_compute_delay, add_data_delay,
-                                      comm_launcher)
+from swinkit.workloads.inject import (GATE, Injection, MeasuredDelay, add_compute_delay,
+                                      add_data_delay, comm_launcher, per_iteration)
 from swinkit.workloads.meet import Meet
-from swinkit.workloads.paired_launch import Switch, schedule
+from swinkit.workloads.paired_launch import Switch, schedule, sync_batch_norms
 
 
 @dataclass
@@ -72,6 +74,11 @@ class RankRun:
     injected: list = field(default_factory=list)
     # local steps at N > 1: meet the other ranks where DDP would (swinkit.workloads.meet)
     meet: Meet | None = None
+    # a gloo group over every rank for the host's own agreements (clock offsets, when to stop
+    # the contention loop): CPU messages whatever the backend, off the compute stream
+    control: object = None
+    # injections that measure what they inject ("compute", "comm"), read after the run
+    delays: dict = field(default_factory=dict)
 
 
 def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
@@ -92,7 +99,7 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     memory_baseline = memory.rss_bytes()
     torch.manual_seed(seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
-    add_compute_delay(model, injection, rank.rank, cuda)
+    compute_delay = add_compute_delay(model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.
     singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
                  if local or paired else None)
@@ -104,11 +111,17 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     # one; an injected comm delay belongs to the collective, so it is not in the local run.
     launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local)
                 if local else comm_launcher(injection, rank.rank, cuda))
+    delays = {name: d for name, d in (("compute", compute_delay), ("comm", launcher))
+              if isinstance(d, MeasuredDelay)}
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
+    if local:  # SyncBN over the group of one too: plain batch norm, nothing sent
+        for module in sync_batch_norms(model):
+            module.process_group = alone
     if paired:
         launcher = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
         launcher.route_buffer_broadcast(ddp)
+        launcher.route_sync_batch_norm(model)
         # NCCL makes a group's communicator on its first collective: here, not inside the
         # first measured local forward
         dist._broadcast_coalesced(singleton, [torch.zeros(1, device=dev)], 1 << 20, 0)
@@ -119,8 +132,8 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
                                            launcher=launcher or ddp_hooks.plain_launch)
         ddp.register_comm_hook(buckets, ddp_hooks.recording_allreduce_hook)
     buffers = None if bare else ddp_hooks.record_buffer_broadcast(timeline, ddp)
-    if not bare:
-        ddp_hooks.record_module_collectives(timeline, model)  # SyncBN (GPU presets)
+    if not bare:  # SyncBN's collectives (GPU presets, or cpu_sync_bn)
+        ddp_hooks.record_module_collectives(timeline, model)
     # DDP's runtime sampling synchronises on CUDA events every forward: on GPU only on request.
     want_timers = (not cuda) if ddp_timers is None else ddp_timers
     stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare else None
@@ -130,7 +143,8 @@ def _setup(rank, preset, data_root, overrides, device, workers, injection: Injec
     meet = Meet(dev, on=local) if (local or paired) and rank.world_size > 1 else None
     return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
                    buckets, buffers, stats, options=options, memory_baseline=memory_baseline,
-                   nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet)
+                   nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet,
+                   control=dist.new_group(backend="gloo"), delays=delays)
 
 
 def _step(run: RankRun, it: int) -> None:
@@ -205,7 +219,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     options = DDPOptions.from_dict(ddp_options)
     run = _setup(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
                  ddp_timers, options, local, paired)
-    clocks = _clock_offsets(rank)
+    clocks = _clock_offsets(rank, run.control)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
     order = schedule(warmup, iters, options.grad_accum, paired)
@@ -218,6 +232,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.nvml and run.nvml.start()
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
             GATE.on = injection.on_iteration(it)
+            GATE.iteration = n  # what each measured injection is filed under
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
             if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
                 # before every measured optimizer step (the same n on every rank): the ranks
@@ -229,6 +244,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                     run.cut[n - 1] = time.perf_counter()
                 run.timeline.end()
                 dist.barrier()
+                run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
             switch and switch.use(local=kind == "local")
             if switch and run.meet:
                 run.meet.on = kind == "local"
@@ -236,6 +252,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             _step(run, it)
             run.stats and run.stats.poll()
             profiler and profiler.step()
+        if run.cuda:  # the last iteration's kernels, before its end is read (the bare loop's clock)
+            torch.cuda.synchronize()
         run.starts.append(time.perf_counter())
         run.timeline.enabled and run.timeline.end()  # what follows is in no measured iteration
         cpu, gpu = run.cpu.stop(), run.nvml.stop() if run.nvml else None
@@ -249,16 +267,27 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             _beside_comm_load(run, rank, load, first=len(order))
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
+    clocks = _clock_drift(rank, run.control, clocks)
+    GATE.iteration = None
+    # once, after the run: reading a CUDA delay's events waits for them
+    measured = {name: delay.take_measured() for name, delay in run.delays.items()}
     main = [n for n, (kind, _) in enumerate(order) if kind != "local"]
     result = _result(run, rank, main, warmup, clocks, cpu, gpu, peak)
-    resolved = (run.timeline.resolve() if run.timeline.enabled and (paired or load is not None)
-                else [])
+    # seconds actually injected per measured iteration (the ground truth recovery is held to)
+    result["injected_s"] = {name: per_iteration(m, main[warmup:]) for name, m in measured.items()}
+    # and per injected call (a forward; a bucket's launch): what one requested delay became
+    result["injected_call_s"] = {name: statistics.median(s for _, s in m) if m else None
+                                 for name, m in measured.items()}
+    resolved = (run.timeline.resolve(clocks["applied"])
+                if run.timeline.enabled and (paired or load is not None) else [])
     if paired:
         local_its = [n for n, (kind, _) in enumerate(order) if kind == "local"]
         result["local"] = {"timeline": [resolved[n] for n in local_its],
                            "iteration": [sum(phase_durations(resolved[n]).values())
                                          for n in local_its],
-                           "loss": [float(run.losses[n]) for n in local_its]}
+                           "loss": [float(run.losses[n]) for n in local_its],
+                           "injected_s": {name: per_iteration(m, local_its)
+                                          for name, m in measured.items()}}
     if load is not None:
         result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
                                                       for it in resolved[len(order):]],
@@ -272,30 +301,59 @@ def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20)
     from swinkit.measure.contention import MIN_ROUNDS
 
     dist.barrier()  # every rank's load starts together
+    GATE.iteration = None  # no main iteration's: not filed as one
     load.start()
     it = first
-    while load.is_alive():
+    while True:
         rank.heartbeat(it)
         _step(run, it)
         it += 1
-        enough = it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2
-        if enough or it - first >= max_iters:
+        enough = not load.is_alive() or (it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2)
+        if _all_agree(enough or it - first >= max_iters, run.control):
             break
     load.finish()
     load.join_or_raise(timeout_s=600)
 
 
-def _clock_offsets(rank) -> dict:
-    """This rank's clock against rank 0's: measured always, applied only across hosts (one
-    host's processes share CLOCK_MONOTONIC; the measurement is then a check of the method)."""
+def _all_agree(stop: bool, group) -> bool:
+    """Whether any rank wants to stop (a MAX all-reduce over the gloo ``group``): every rank
+    then runs the same number of iterations, so no collective of one is left without a partner
+    (SyncBN's on GPU presets, the load's)."""
+    flag = torch.tensor([1 if stop else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag.item())
+
+
+def _clock_offsets(rank, group=None) -> dict:
+    """This rank's clock against rank 0's, before the run: measured always, applied only across
+    hosts (one host's processes share CLOCK_MONOTONIC; the measurement is then a check of the
+    method). ``group``: gloo, since host clocks ping-pong on the CPU whatever the backend."""
     hosts = [None] * rank.world_size
     dist.all_gather_object(hosts, socket.gethostname())
-    group = dist.new_group(backend="gloo")  # host clocks: a CPU ping-pong whatever the backend
+    group = dist.new_group(backend="gloo") if group is None else group
+    before = time.perf_counter()
     est = estimate_clock_offsets(rank.rank, rank.world_size, group)
     same_host = len(set(hosts)) == 1
     applied = 0.0 if same_host else est["offset_s"][rank.rank]
     return {"hosts": hosts, "same_host": same_host, "applied_offset_s": applied,
-            "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank]}
+            "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank],
+            "at_s": before}
+
+
+def _clock_drift(rank, group, clocks: dict) -> dict:
+    """The offsets again after the run: across hosts they are applied as a straight line from
+    the first estimate to this one (host clocks drift apart by parts per million, ms over a
+    long run), and the drift is reported. Also the GPU event-to-host mapping's own error."""
+    after = time.perf_counter()
+    est = estimate_clock_offsets(rank.rank, rank.world_size, group)
+    offset_after = est["offset_s"][rank.rank]
+    span = max(after - clocks["at_s"], 1e-9)
+    mapping = OffsetLine(clocks["at_s"], clocks["estimated_offset_s"], after, offset_after)
+    applied = mapping if not clocks["same_host"] else OffsetLine.none()
+    return {**clocks, "estimated_offset_after_s": offset_after, "at_after_s": after,
+            "drift_ppm": (offset_after - clocks["estimated_offset_s"]) / span * 1e6,
+            "error_s": max(clocks["error_s"], est["error_s"][rank.rank]),
+            "applied": applied}
 
 
 def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict, cpu: dict,
@@ -314,7 +372,9 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
                           for b in run.model.buffers()],
         "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
         "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
-        "skipped_samples": run.skipped, "warmup": warmup, "clock": clocks,
+        "skipped_samples": run.skipped, "warmup": warmup,
+        "clock": {k: v for k, v in clocks.items() if k != "applied"},
+        "sync_bn_channels": [m.num_features for m in sync_batch_norms(run.model)],
         "injected": [run.injected[n] for n in kept],
     }
     # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
@@ -323,9 +383,12 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
     if not run.timeline.enabled:
         result["iteration"] = result["loop_iteration"]
         return result
-    resolved = run.timeline.resolve(clocks["applied_offset_s"])
+    resolved = run.timeline.resolve(clocks["applied"])
     timeline = [resolved[n] for n in positions]
     result["clock"]["kind"] = run.timeline.clock.name
+    # what the GPU event-to-host mapping may be off by (0 on the host clock), beside the
+    # cross-host offsets' error: together blame's resolution
+    result["clock"]["alignment_error_s"] = run.timeline.clock.error_s()
     result["timeline"] = timeline
     measured = [phase_durations(it) for it in timeline[warmup:]]
     result["iteration"] = [sum(p.values()) for p in measured]

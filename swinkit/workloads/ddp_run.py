@@ -13,6 +13,7 @@ from swinkit.config import load_config
 from swinkit.data.loader import ensure_data
 from swinkit.dist import LaunchConfig, launch
 from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.attribution.blame import resolution as blame_resolution
 from swinkit.attribution.paired import paired_effect
 from swinkit.checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
@@ -129,8 +130,10 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     out.update(aggregate_phases(ranks, PHASES))
     out["ddp_cross_check"] = cross_check(ranks)
     timelines = {r["rank"]: r["timeline"] for r in ranks}
-    blame = compute_blame(timelines, spec.warmup)
+    blame = compute_blame(timelines, spec.warmup,
+                          resolution_s=blame_resolution([r["clock"] for r in ranks]))
     out.update(summarize_blame(blame))
+    out["injected_measured_s"] = injected_measured(ranks)
     if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
         out["paired"] = paired_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
                                       {r["rank"]: r["injected"] for r in ranks})
@@ -140,6 +143,23 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     if spec.paired:
         out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
     return out
+
+
+def injected_measured(ranks: list[dict]) -> dict[str, float]:
+    """Per injection kind, what one requested delay measured on the device (the median over
+    the injected ranks of each one's median call): the amount recovery is held to, not the
+    requested figure (a sleep kernel's clock moves under load).
+
+    >>> injected_measured([{"injected_call_s": {"compute": 0.25}},
+    ...                    {"injected_call_s": {"compute": 0.75, "comm": None}}, {}])
+    {'compute': 0.5}
+    """
+    calls: dict[str, list[float]] = {}
+    for r in ranks:
+        for name, seconds in (r.get("injected_call_s") or {}).items():
+            if seconds is not None:
+                calls.setdefault(name, []).append(seconds)
+    return {name: statistics.median(v) for name, v in calls.items()}
 
 
 def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
@@ -174,7 +194,12 @@ def _clock_summary(ranks: list[dict]) -> dict:
             "hosts": clocks[0]["hosts"],
             "offsets_applied_s": [c["applied_offset_s"] for c in clocks],
             "offsets_estimated_s": [c["estimated_offset_s"] for c in clocks],
-            "offset_error_s": max(c["error_s"] for c in clocks)}
+            "offset_error_s": max(c["error_s"] for c in clocks),
+            # host clocks' drift between the estimates before and after the run (applied
+            # across hosts), and the GPU event-to-host mapping's error
+            "drift_ppm": [c.get("drift_ppm") for c in clocks],
+            "alignment_error_s": max((c.get("alignment_error_s") or 0.0) for c in clocks),
+            "blame_resolution_s": blame_resolution(clocks)}
 
 
 def environment() -> dict:
