@@ -4,7 +4,12 @@ Each configuration runs in a fresh spawned process (so its peak RSS is its own) 
 project's thread policy (1 compute thread on CPU, as one CPU 'rank'). Ops per scope:
 ``forward``, ``forward_backward`` and ``optimizer`` (AdamW step + zero_grad). FLOPs come from
 ``torch.utils.flop_counter`` on one run of the op; achieved FLOP/s = FLOPs / median time; MFU is
-that over a matmul peak measured in the same process (sgemm on CPU, bf16 GEMM on GPU).
+that over a matmul peak measured in the same process, in the model's own dtype and math mode
+(:func:`peak_math`: fp32 sgemm on CPU; on GPU fp32 GEMM, or TF32 when
+``torch.backends.cuda.matmul.allow_tf32`` lets the model's matmuls use it, as
+:func:`tf32_flags` reads it). A bf16 peak, the
+figure GPU spec sheets quote, is reported beside it on GPU but not divided by: a model that runs
+fp32 cannot reach it, and dividing by it would make GPU MFU incomparable with CPU MFU.
 """
 from __future__ import annotations
 
@@ -25,12 +30,74 @@ SCOPES = ("backbone", "segmentor")
 OPS = ("forward", "forward_backward", "optimizer")
 
 
-def matmul_peak_flops(device: torch.device, n: int = 1024, reps: int = 5) -> float:
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+MATH_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def peak_math(device_type: str, model_dtype: torch.dtype,
+              allow_tf32: bool) -> tuple[torch.dtype, str]:
+    """The GEMM the model's matmuls run as, so MFU divides by a peak the model could reach:
+    ``(dtype to time, name)``. An fp32 model on GPU runs its matmuls as TF32 only when
+    ``allow_tf32`` (off by default); on CPU there is no TF32.
+
+    >>> peak_math("cuda", torch.float32, False)
+    (torch.float32, 'fp32')
+    >>> peak_math("cuda", torch.float32, True)
+    (torch.float32, 'tf32')
+    """
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    if model_dtype not in MATH_NAMES:
+        raise ValueError(f"model_dtype must be one of {', '.join(map(str, MATH_NAMES))}; "
+                         f"got {model_dtype}")
+    if model_dtype == torch.float32 and device_type == "cuda" and allow_tf32:
+        return torch.float32, "tf32"
+    return model_dtype, MATH_NAMES[model_dtype]
+
+
+def matmul_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: int = 1024,
+                      reps: int = 5) -> float:
+    """Best-of-``reps`` FLOP/s of an n x n GEMM in ``dtype`` under the process's math flags
+    (so TF32 only if the model may use it). GPUs get n = 8192, large enough to fill them."""
     n = 8192 if device.type == "cuda" else n
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     best = min(timed(lambda: a @ b, reps, warmup=1, sync=_syncer(device)))
     return 2 * n ** 3 / best
+
+
+def _tf32(*precisions: str) -> bool:
+    """Whether TF32 is on, from the ``fp32_precision`` settings from the most specific to the
+    global one: the first that is not ``"none"`` decides; all ``"none"`` means IEEE fp32."""
+    for precision in precisions:
+        if precision != "none":
+            return precision == "tf32"
+    return False
+
+
+def tf32_flags() -> dict[str, bool]:
+    """Whether fp32 matmuls (cuBLAS) and convolutions (cuDNN) may run as TF32. Read through
+    ``fp32_precision``: since torch 2.9, reading the legacy ``allow_tf32`` raises once the new
+    API has set the flag, and the new reader reports either API's setting."""
+    b = torch.backends
+    return {"matmul": _tf32(b.cuda.matmul.fp32_precision, b.fp32_precision),
+            "cudnn_conv": _tf32(b.cudnn.conv.fp32_precision, b.cudnn.fp32_precision,
+                                b.fp32_precision)}
+
+
+def peaks(device: torch.device, model: torch.nn.Module) -> dict:
+    """The peak MFU divides by (the model's dtype and math mode), the bf16 peak beside it on
+    GPU, and the math flags they were measured under."""
+    dtype = next(model.parameters()).dtype
+    flags = tf32_flags()
+    peak_dtype, math = peak_math(device.type, dtype, flags["matmul"])
+    peak = matmul_peak_flops(device, peak_dtype)
+    bf16 = None
+    if device.type == "cuda":
+        bf16 = peak if peak_dtype == torch.bfloat16 else matmul_peak_flops(device, torch.bfloat16)
+    # UperNet's convolutions follow cuDNN's TF32 flag (on by default), not the matmul one:
+    # recorded, since on GPU that part of the segmentor may run above the fp32 matmul peak
+    return {"matmul_peak_flops": peak, "matmul_peak_math": math, "matmul_peak_bf16_flops": bf16,
+            "math_flags": {"model_dtype": MATH_NAMES[dtype], "matmul_tf32": flags["matmul"],
+                           "cudnn_conv_tf32": flags["cudnn_conv"]}}
 
 
 def _syncer(device):
@@ -75,10 +142,11 @@ def measure(preset: str, batch: int, samples: int = 5, warmup: int = 1, threads:
     cfg = load_config(preset, device="cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(cfg.device)
     model = build_segmentor(cfg).to(device)
-    peak = matmul_peak_flops(device)
+    peak_info = peaks(device, model)
+    peak = peak_info["matmul_peak_flops"]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = {"preset": preset, "batch": batch, "device": str(device), "threads": threads,
-           "matmul_peak_flops": peak, "results": {}}
+           **peak_info, "results": {}}
     for scope in SCOPES:
         for op, fn in _ops(model, scope, batch, tuple(cfg.crop_size), device).items():
             with FlopCounterMode(display=False) as counter:
@@ -87,8 +155,10 @@ def measure(preset: str, batch: int, samples: int = 5, warmup: int = 1, threads:
             flops = counter.get_total_flops()
             # Optimizer steps are elementwise: no matmul FLOPs, so no MFU (NaN, not 0).
             achieved = flops / statistics.median(times) if flops else float("nan")
-            out["results"][f"{scope}/{op}"] = {"seconds": times, "flops": flops,
-                                               "achieved_flops": achieved, "mfu": achieved / peak}
+            bf16 = peak_info["matmul_peak_bf16_flops"]
+            out["results"][f"{scope}/{op}"] = {
+                "seconds": times, "flops": flops, "achieved_flops": achieved,
+                "mfu": achieved / peak, "mfu_of_bf16_peak": achieved / bf16 if bf16 else None}
     if device.type == "cuda":
         out["peak_memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     else:  # ru_maxrss is in KiB on Linux; the growth over the model's own footprint
