@@ -310,6 +310,85 @@ def test_rounds_and_bytes_from_a_timeline():
     assert rows[0]["wire_bytes_per_rank"] == pytest.approx(400 * 1.0 + 4 * 1.0 + 400 * 0.5)
 
 
+# An iteration as the DeepSpeed loop marks it on GPU (seconds after resolving): its own marks
+# at positions 1, 2, 5, 6; the recorder cut backward around a collective (3, 4).
+DS_ITERATION = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 1.3],
+                          ["backward", 1.5], ["exposed_comm", 1.6], ["backward", 1.8],
+                          ["optimizer", 1.9], ["other", 2.0]], "collectives": []}
+
+
+def test_engine_call_spans_skip_the_recorders_marks():
+    from swinkit.workloads.engine_run import engine_call_spans
+    spans = engine_call_spans(DS_ITERATION, [[1, 2, 5, 6]])
+    assert spans == pytest.approx({"forward": 0.3, "backward": 0.5, "step": 0.1})
+    # two micro-steps of one optimizer step add up
+    two = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 2.0], ["backward", 4.0],
+                     ["optimizer", 4.5], ["data_wait", 5.0], ["forward", 6.0],
+                     ["backward", 8.5], ["optimizer", 9.0]]}
+    assert engine_call_spans(two, [[1, 2, 3, 4], [5, 6, 7, 8]]) == pytest.approx(
+        {"forward": 2.0, "backward": 4.5, "step": 1.0})
+    with pytest.raises(ValueError, match="call_marks entry must be 4 ascending positions"):
+        engine_call_spans(DS_ITERATION, [[1, 2, 9, 10]])
+
+
+def test_ds_cross_check_compares_deepspeeds_events_with_the_timeline_not_host_spans():
+    """On GPU the engine calls return once their kernels are queued: host spans around them
+    (10 ms here) are launch time, DeepSpeed's timers (CUDA events) device time. The check must
+    set DeepSpeed's timers against the timeline's CUDA-event spans of the same calls."""
+    from swinkit.workloads.engine_run import ds_cross_check
+    rank = {"rank": 0, "warmup": 1, "clock": {"kind": "cuda_events"},
+            "timeline": [{"marks": [], "collectives": []}, DS_ITERATION],
+            "ds_timers": [{"fwd": 0.30, "bwd": 0.50, "step": 0.10}],
+            "engine_call_marks": [[[1, 2, 5, 6]]],
+            # what a host clock around the calls read: not to be used
+            "engine_calls": [{"forward": 0.01, "backward": 0.01, "step": 0.01}]}
+    check = ds_cross_check([rank])
+    for key, ours in (("forward", 0.3), ("backward", 0.5), ("step", 0.1)):
+        assert check[key]["ours_s"] == pytest.approx(ours)
+        assert check[key]["disagreement"] == pytest.approx(0.0, abs=1e-9)
+        assert check[key]["clock"] == "cuda_events" and check[key]["n"] == 1
+
+
+def test_dataparallel_loader_gets_the_workers_of_n_ranks():
+    """DDP gives each of N ranks the preset's workers; DataParallel's one loader feeds the same
+    N devices, so it gets N times as many."""
+    from swinkit.engines.dp import loader_workers
+    assert loader_workers(4, 4) == {"per_device": 4, "devices": 4, "total": 16}
+    assert loader_workers(0, 8)["total"] == 0
+    with pytest.raises(ValueError, match="workers must be an integer >= 0"):
+        loader_workers(-1, 2)
+    with pytest.raises(ValueError, match="n_devices must be an integer >= 1"):
+        loader_workers(4, 0)
+
+
+def test_engine_block_states_the_worker_budget_of_one_step():
+    from swinkit.workloads.engine_run import engine_block
+    it = {"marks": [["start", 0.0], ["data_wait", 0.1], ["forward", 0.4], ["backward", 0.9],
+                    ["optimizer", 1.0]], "collectives": []}
+    dp = {"world_size": 4, "images_per_rank": 2, "warmup": 0,
+          "ranks": [{"rank": 0, "timeline": [it], "loader_workers": 16, "copies_bytes": []}]}
+    ddp = {"world_size": 4, "images_per_rank": 2, "warmup": 0,
+           "ranks": [{"rank": r, "timeline": [it], "loader_workers": 4} for r in range(4)]}
+    spec = EngineSpec(engine="dp", run=_run_spec(4))
+    assert engine_block(spec, dp)["loader_workers_total"] == 16
+    ddp_block = engine_block(EngineSpec(engine="ddp", run=_run_spec(4)), ddp)
+    assert ddp_block["loader_workers_total"] == 16
+
+
+def test_dataparallel_peak_memory_of_every_device():
+    """Device 0 holds the gathered outputs and the optimizer, but a replica's device can peak
+    higher; every device is reported and the largest is the engine's peak."""
+    from swinkit.engines.dp import device_peaks
+    allocated, reserved = {0: 5 * 2**30, 1: 7 * 2**30}, {0: 6 * 2**30, 1: 8 * 2**30}
+    peaks = device_peaks([0, 1], allocated.__getitem__, reserved.__getitem__)
+    assert peaks["peak_bytes"] == 7 * 2**30 and peaks["peak_reserved_bytes"] == 8 * 2**30
+    assert peaks["peak_device"] == 1
+    assert peaks["per_device"] == {"0": {"peak_bytes": 5 * 2**30, "peak_reserved_bytes": 6 * 2**30},
+                                   "1": {"peak_bytes": 7 * 2**30, "peak_reserved_bytes": 8 * 2**30}}
+    with pytest.raises(ValueError, match="indices is empty"):
+        device_peaks([], allocated.__getitem__, reserved.__getitem__)
+
+
 def test_compare_table_lists_rows_and_skips():
     from swinkit.engines.compare import compare_figure, compare_table
     row = {"engine": "zero1", "world_size": 2, "grad_accum": 1, "iter_s": 0.2, "efficiency": 0.8,
@@ -365,10 +444,10 @@ WORKERS = 1
 
 
 def _engine(data_root, engine, world_size, zero=None, grad_accum=1, iters=ITERS, warmup=WARMUP,
-            workers=WORKERS):
+            workers=WORKERS, overrides=None):
     from swinkit.workloads.engine_run import run_engine
     run = _run_spec(world_size, iters=iters, warmup=warmup, workers=workers,
-                    data_root=str(data_root))
+                    data_root=str(data_root), overrides=dict(overrides or {}))
     spec = EngineSpec(engine=engine, zero=zero, grad_accum=grad_accum, run=run)
     return run_engine(spec, progress=lambda s: None)
 
@@ -449,6 +528,40 @@ def test_zero_shards_optimizer_states_and_counts_its_collectives(zero_runs, test
         logged = eng["comms_logger"]["ops"]
         assert logged["all_gather_into_tensor"]["bytes_per_step"] == ops["all_gather_into_tensor"]["bytes"]
         assert logged["all_reduce"]["bytes_per_step"] == ops["all_reduce"]["bytes"]
+
+
+@pytest.mark.slow
+@needs_deepspeed
+def test_zero_records_syncbn_collectives_like_ddp(data_root):
+    """With SyncBN in the heads (its CPU stand-in, which synchronises over gloo), every
+    DeepSpeed rank records each SyncBN's forward gather and backward reduce in every measured
+    iteration, as DDP's loop does; the comms-logger pass after them adds none."""
+    r = _engine(data_root, "deepspeed", 2, zero=1, iters=2, warmup=1,
+                overrides={"cpu_sync_bn": True})
+    for rank in r["ranks"]:
+        modules = rank["sync_bn_modules"]
+        assert modules > 0
+        for it in rank["timeline"]:
+            names = [c["name"] for c in it["collectives"] if c["blocking"]]
+            assert len([n for n in names if n.endswith(".fwd")]) == modules
+            assert len([n for n in names if n.endswith(".bwd")]) == modules
+    assert r["ds_cross_check"]["forward"]["clock"] == "perf_counter"
+
+
+@pytest.mark.gpu
+def test_dataparallel_reports_every_device_and_its_worker_budget(data_root):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    n = torch.cuda.device_count()
+    r = _engine(data_root, "dp", n, iters=2, warmup=1)
+    rank = r["ranks"][0]
+    assert rank["worker_budget"] == {"per_device": WORKERS, "devices": n, "total": WORKERS * n}
+    assert rank["loader_workers"] == WORKERS * n == r["engine"]["loader_workers_total"]
+    assert set(rank["gpu"]["devices"]) == set(rank["memory"]["per_device"]) == {
+        str(i) for i in range(n)}
+    for i in range(n):
+        assert rank["gpu"]["devices"][str(i)]["nvml_device"]["lookup"] == "uuid"
+        assert rank["memory"]["per_device"][str(i)]["peak_bytes"] > 0
 
 
 @pytest.mark.slow

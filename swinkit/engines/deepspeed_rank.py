@@ -22,7 +22,11 @@ Instruments, and which are DeepSpeed's own:
 
 * phases: swinkit's timeline marks around the engine calls; collectives: wrappers on DeepSpeed's
   communication backend (:mod:`swinkit.engines.collectives`), so every collective ZeRO runs is
-  on the timeline with its bytes and blame can split it into waiting and transfer;
+  on the timeline with its bytes and blame can split it into waiting and transfer, and SyncBN's
+  (torch.distributed's) as the DDP loop records them;
+* ``engine_call_marks``: where the loop's own marks sit among the iteration's marks (per
+  micro-step: data_wait, forward, backward, optimizer), so the engine calls' spans are read on
+  the timeline's clock (CUDA events on GPU) when DeepSpeed's timers are checked against them;
 * ``ds_timers``: DeepSpeed's ``wall_clock_breakdown`` timers (engine: fwd, bwd, bwd_inner,
   bwd_allreduce, step; ZeRO optimizer: optimizer_gradients, optimizer_step,
   optimizer_allgather), captured per optimizer step instead of printed. On GPU they are CUDA
@@ -45,8 +49,8 @@ import torch.distributed as dist
 
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
-from swinkit.measure import memory
 from swinkit.engines.collectives import CollectiveRecorder
+from swinkit.measure import ddp_hooks, memory
 from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timeline import Timeline, make_clock, phase_durations
@@ -157,39 +161,38 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     stream = batches(loader)
     timeline = Timeline(make_clock(cuda))
     recorder = CollectiveRecorder(timeline, ds_comm.comm.cdb)
+    # SyncBN's collectives go through torch.distributed, not DeepSpeed's backend: recorded as
+    # the DDP loop records them, so both engines' blame sees the same waits
+    sync_bn = ddp_hooks.record_module_collectives(timeline, model)
     clocks = _clock_offsets(rank)
     cpu, nvml = CpuUsage(), NvmlSampler(rank.local_rank) if cuda else None
     losses, starts, timers, calls = [], [], [], []
 
     def step(tl):
         tl.begin()
-        micro = []
-        spans = dict.fromkeys(("forward", "backward", "step"), 0.0)  # host seconds per call
+        micro, edges = [], []
+
+        def mark(phase):  # the loop's own marks, between the recorder's, remembered by position
+            tl.mark(phase)
+            edges.append(len(tl.current.marks) - 1)
         for _ in range(grad_accum):
             data = model.data_preprocessor(next(stream), training=True)
-            tl.mark("data_wait")
+            mark("data_wait")
             recorder.phase = "forward"
-            t0 = time.perf_counter()
             loss, _ = model.parse_losses(engine(**data, mode="loss"))
-            tl.mark("forward")
+            mark("forward")
             recorder.phase = "backward"
-            t1 = time.perf_counter()
             engine.backward(loss)
-            tl.mark("backward")
+            mark("backward")
             recorder.phase = "optimizer"
-            t2 = time.perf_counter()
             engine.step()  # at the accumulation boundary: the optimizer step; else bookkeeping
-            tl.mark("optimizer")
+            mark("optimizer")
             recorder.phase = None
-            t3 = time.perf_counter()
-            spans["forward"] += t1 - t0
-            spans["backward"] += t2 - t1
-            spans["step"] += t3 - t2
             micro.append(loss.detach())
         for scheduler in schedulers:
             scheduler.step()
         losses.append(torch.stack(micro).mean())
-        calls.append(spans)
+        calls.append([edges[i:i + 4] for i in range(0, len(edges), 4)])
 
     with out_of_memory_named(rank.rank, cfg):
         for it in range(warmup + iters):
@@ -207,9 +210,11 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         peak = memory.peak_memory(cuda, baseline_rss)
         inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
         state = memory.model_state(model, inner)
+        # resolved before the comms pass: its forwards run SyncBN, whose records would
+        # otherwise land in the last measured iteration
+        resolved = timeline.resolve(clocks["applied_offset_s"])
         comms = _comms_pass(engine, model, stream, schedulers, comm_pass_iters, grad_accum,
                             ds_comm, rank, warmup + iters)
-    resolved = timeline.resolve(clocks["applied_offset_s"])
     measured = [phase_durations(i) for i in resolved[warmup:]]
     return {
         "rank": rank.rank, "host": socket.gethostname(), "device": str(dev),
@@ -223,7 +228,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "iteration": [sum(p.values()) for p in measured],
         "phases": {p: [m[p] for m in measured] for p in PHASES},
         "ds_timers": timers[warmup:] if want_timers else None,
-        "engine_calls": calls[warmup:],
+        "engine_call_marks": calls[warmup:], "sync_bn_modules": sync_bn,
         "comms_logger": comms,
         "memory": peak, "model_state": state,
         "ds_config": config, "deepspeed": deepspeed.__version__,

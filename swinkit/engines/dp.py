@@ -1,7 +1,9 @@
 """The same workload under ``torch.nn.DataParallel``: one process drives N GPUs.
 
 Each iteration the process loads N x the preset's images per device (one loader, the whole
-batch), the data preprocessor puts it on device 0, and DataParallel splits it, replicates the
+batch, with N x the loader workers DDP gives each rank: the same worker budget for the same
+images, so a DataParallel step is not starved by a loader sized for one GPU), the data
+preprocessor puts it on device 0, and DataParallel splits it, replicates the
 model onto every device, runs the replicas in threads and gathers their losses on device 0;
 backward reduce-adds the replicas' gradients onto device 0, where the optimizer steps.
 
@@ -28,9 +30,9 @@ import time
 import torch
 from torch import nn
 
-from swinkit.measure import memory
+from swinkit.measure import ddp_hooks, memory
 from swinkit.measure.phases import PHASES
-from swinkit.measure.samplers import CpuUsage, NvmlSampler
+from swinkit.measure.samplers import CpuUsage, NvmlSamplers
 from swinkit.measure.timeline import Timeline, make_clock, phase_durations
 
 ENTRY = "swinkit.engines.dp:dp_rank"
@@ -136,6 +138,32 @@ def _first_device(obj):
     return None
 
 
+def loader_workers(per_device: int, n_devices: int) -> dict:
+    """The worker budget of DataParallel's one loader: ``per_device`` workers (what DDP gives
+    each rank, which loads one device's images) for each of the ``n_devices`` devices it feeds.
+
+    >>> loader_workers(4, 8)
+    {'per_device': 4, 'devices': 8, 'total': 32}
+    """
+    if isinstance(per_device, bool) or not isinstance(per_device, int) or per_device < 0:
+        raise ValueError(f"workers must be an integer >= 0, got {per_device!r}")
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+        raise ValueError(f"n_devices must be an integer >= 1, got {n_devices!r}")
+    return {"per_device": per_device, "devices": n_devices, "total": per_device * n_devices}
+
+
+def device_peaks(indices, max_allocated, max_reserved) -> dict:
+    """Peak memory of every device the process drives (DataParallel's replicas, and device 0
+    holding the gathered outputs and the optimizer), keyed by CUDA index, and the largest.
+    ``max_allocated`` / ``max_reserved``: ``torch.cuda.max_memory_*`` or stand-ins."""
+    per_device = {str(i): {"peak_bytes": max_allocated(i), "peak_reserved_bytes": max_reserved(i)}
+                  for i in indices}
+    if not per_device:
+        raise ValueError("indices is empty: no device to read")
+    largest = max(per_device, key=lambda i: per_device[i]["peak_bytes"])
+    return dict(per_device[largest], peak_device=int(largest), per_device=per_device)
+
+
 def module_bytes(module: nn.Module) -> dict:
     """Parameter, trainable-gradient and buffer bytes of a module (what replicate copies)."""
     params = list(module.parameters())
@@ -202,7 +230,10 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             overrides: dict | None = None, device: str | None = None, seed: int = 0,
             n_devices: int = 2, vanilla: bool = False, grad_accum: int = 1) -> dict:
     """``warmup + iters`` optimizer steps of the preset's segmentor under DataParallel on
-    ``n_devices`` GPUs from this one process (``vanilla``: the primitives, each timed)."""
+    ``n_devices`` GPUs from this one process (``vanilla``: the primitives, each timed).
+    ``workers``: loader workers per device, as DDP's are per rank (default: the preset's); the
+    one loader gets ``workers x n_devices`` (``worker_budget`` in the result). Memory and NVML
+    utilisation are reported for every device."""
     from swinkit.config import load_config
     from swinkit.data.loader import batches, build_loader
     from swinkit.engines.dp_vanilla import vanilla_forward
@@ -216,19 +247,24 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     loader_cfg = load_config(preset, data_root, dict(overrides or {},
                                                      images_per_rank=per_device * n_devices),
                              device="cuda")
-    devices = [torch.device("cuda", i) for i in range(n_devices)]
+    indices = list(range(n_devices))
+    devices = [torch.device("cuda", i) for i in indices]
     torch.cuda.set_device(devices[0])
     baseline_rss = memory.rss_bytes()
     torch.manual_seed(seed)
     model = build_segmentor(cfg).to(devices[0])
     optim, schedulers = build_optimizer(cfg, model)
     copies = CopyLog()
-    wrapped = SegDataParallel(model, device_ids=list(range(n_devices)), copies=copies)
-    loader = build_loader(loader_cfg, rank=0, world_size=1, workers=workers, seed=seed,
-                          timeout_s=120 if (workers or cfg.loader_workers) else 0)
+    wrapped = SegDataParallel(model, device_ids=indices, copies=copies)
+    budget = loader_workers(cfg.loader_workers if workers is None else workers, n_devices)
+    loader = build_loader(loader_cfg, rank=0, world_size=1, workers=budget["total"], seed=seed,
+                          timeout_s=120 if budget["total"] else 0)
     stream = batches(loader)
     timeline = Timeline(make_clock(True))
-    cpu, nvml = CpuUsage(), NvmlSampler(0)
+    # as the DDP loop does; under one process's gloo world of one SyncBN runs plain batch norm,
+    # so nothing is recorded unless that changes
+    sync_bn = ddp_hooks.record_module_collectives(timeline, model)
+    cpu, nvml = CpuUsage(), NvmlSamplers(indices)
     losses, starts = [], []
 
     def step():
@@ -259,7 +295,8 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             if it == warmup:
                 cpu.start()
                 nvml.start()
-                memory.reset_device_peak(True)
+                for d in devices:  # every replica's device, not only the current one
+                    torch.cuda.reset_peak_memory_stats(d)
             rank.heartbeat(it)
             starts.append(time.perf_counter())
             step()
@@ -273,7 +310,7 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "engine": "dp-vanilla" if vanilla else "dp", "n_devices": n_devices,
         "grad_accum": grad_accum, "loss": [float(v) for v in losses[warmup:]],
         "cpu": cpu.stop(), "gpu": nvml.stop(), "threads": torch.get_num_threads(),
-        "loader_workers": loader.num_workers, "warmup": warmup,
+        "loader_workers": loader.num_workers, "worker_budget": budget, "warmup": warmup,
         "clock": {"kind": timeline.clock.name, "same_host": True, "hosts": [socket.gethostname()],
                   "applied_offset_s": 0.0, "estimated_offset_s": 0.0, "error_s": 0.0},
         "timeline": resolved,
@@ -281,7 +318,9 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "iteration": [sum(p.values()) for p in measured],
         "phases": {p: [m[p] for m in measured] for p in PHASES},
         "copies_bytes": copies.rows[warmup:], "module_bytes": sizes,
-        "memory": memory.peak_memory(True, baseline_rss),
+        "memory": dict(memory.peak_memory(True, baseline_rss), **device_peaks(
+            indices, torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved)),
+        "sync_bn_modules": sync_bn,
         "model_state": memory.model_state(model, optim.optimizer),
         "images_per_step": per_device * n_devices * grad_accum,
     }

@@ -245,6 +245,9 @@ def engine_block(spec: EngineSpec, result: dict) -> dict:
     wire = block["traffic"]["wire_bytes_per_rank"]
     block["comm_per_image_s"] = steps["exposed_comm"] / images_per_device_step
     block["wire_bytes_per_image"] = None if wire is None else wire / images_per_device_step
+    # the workers feeding one step, all ranks together: the budget engines are compared at
+    # (DataParallel's one loader gets N x the workers DDP gives each of its N ranks)
+    block["loader_workers_total"] = sum(r.get("loader_workers") or 0 for r in ranks)
     block["memory"] = {str(r["rank"]): r.get("memory") for r in ranks}
     block["model_state"] = {str(r["rank"]): r.get("model_state") for r in ranks}
     peaks = [m["peak_bytes"] for m in block["memory"].values() if m]
@@ -255,23 +258,59 @@ def engine_block(spec: EngineSpec, result: dict) -> dict:
     return block
 
 
+CALLS = ("forward", "backward", "step")   # engine(), engine.backward(), engine.step()
+
+
+def engine_call_spans(iteration: dict, call_marks: list[list[int]]) -> dict[str, float]:
+    """Seconds of ``engine()``, ``engine.backward()`` and ``engine.step()`` in one optimizer
+    step, summed over its micro-steps, read on the timeline's own clock.
+
+    Args:
+        iteration: a resolved timeline iteration.
+        call_marks: per micro-step, the positions in ``iteration["marks"]`` of the loop's own
+            marks closing data_wait, forward, backward and optimizer (the recorder's marks for
+            collectives sit between them and are skipped).
+
+    >>> it = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 3.0], ["backward", 3.5],
+    ...                 ["exposed_comm", 4.0], ["backward", 6.0], ["optimizer", 6.5]]}
+    >>> engine_call_spans(it, [[1, 2, 5, 6]])
+    {'forward': 2.0, 'backward': 3.0, 'step': 0.5}
+    """
+    t = [m[1] for m in iteration["marks"]]
+    spans = dict.fromkeys(CALLS, 0.0)
+    for edges in call_marks:
+        if len(edges) != 4 or sorted(edges) != list(edges) or edges[-1] >= len(t):
+            raise ValueError(f"call_marks entry must be 4 ascending positions among "
+                             f"{len(t)} marks, got {edges!r}")
+        for call, (a, b) in zip(CALLS, zip(edges, edges[1:])):
+            spans[call] += t[b] - t[a]
+    return spans
+
+
 def ds_cross_check(ranks: list[dict]) -> dict | None:
-    """DeepSpeed's own timers against the same engine calls timed by swinkit (host clock around
-    ``engine()``, ``engine.backward()``, ``engine.step()``; per optimizer step, medians over
-    steps and ranks): fwd, bwd (bwd_inner + bwd_allreduce) and step."""
+    """DeepSpeed's own timers against the same engine calls on swinkit's timeline (per
+    optimizer step, medians over steps and ranks): fwd, bwd (bwd_inner + bwd_allreduce) and
+    step. Ours are the timeline's spans (:func:`engine_call_spans`), not host clocks around
+    the calls: on GPU the calls return once their kernels are queued, while DeepSpeed's timers
+    are CUDA events, so both sides must be device time; the timeline's clock is (CUDA events
+    on GPU, perf_counter on CPU, where the calls block), and ``clock`` names it."""
     out = {}
-    for key, timer in (("forward", "fwd"), ("backward", "bwd"), ("step", "step")):
-        ours, theirs = [], []
+    for key, timer in zip(CALLS, ("fwd", "bwd", "step")):
+        ours, theirs, clocks = [], [], set()
         for r in ranks:
-            for t, spans in zip(r.get("ds_timers") or [], r.get("engine_calls") or []):
+            measured = r["timeline"][r["warmup"]:]
+            for t, it, edges in zip(r.get("ds_timers") or [], measured,
+                                    r.get("engine_call_marks") or []):
                 if t and timer in t:
-                    ours.append(spans[key])
+                    ours.append(engine_call_spans(it, edges)[key])
                     theirs.append(t[timer])
+                    clocks.add(r["clock"]["kind"])
         if not ours:
             out[key] = None
             continue
         mine, other = statistics.median(ours), statistics.median(theirs)
         out[key] = {"ours_s": mine, "deepspeed_s": other, "timer": timer, "n": len(ours),
+                    "clock": ", ".join(sorted(clocks)),
                     "disagreement": abs(mine - other) / mine if mine else None}
     return out if any(out.values()) else None
 
