@@ -25,9 +25,9 @@ from pathlib import Path
 
 from swinkit.cli_launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
+from swinkit.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from swinkit.library_output import send_library_logs_to_stderr
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _parse_option(text: str) -> tuple[str, object]:

@@ -12,6 +12,8 @@ import sys
 from contextlib import nullcontext
 from typing import Callable
 
+from swinkit.exit_codes import EXIT_FAILED, EXIT_OK
+
 # Prose, not a table: argparse re-wraps a group's description.
 NODES_HELP = (
     "Every node runs the same command with its own --node-rank. What the nodes talk on: "
@@ -40,7 +42,7 @@ def run_spec(args):
     """The :class:`~swinkit.workloads.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
     from swinkit.dist import LaunchConfig
     from swinkit.workloads.ddp_run import DDPRunSpec
-    from swinkit.workloads.inject import parse_injection
+    from swinkit.injection import parse_injection
     launch = LaunchConfig(
         world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
         rdzv_endpoint=args.rdzv_endpoint, local_addr=args.local_addr, backend=args.backend,
@@ -62,8 +64,6 @@ def launch_and_report(args, label: str, run: Callable[[], dict | None],
     launch prints ``{label}: FAILED: <diagnosis>`` (and its detail) and returns 1; a node whose
     ranks did not include rank 0 (``run()`` returns None) says so and returns 0.
     """
-    # here, not at the top: swinkit.cli imports this module for add_node_args
-    from swinkit.cli import EXIT_FAILED, EXIT_OK
     from swinkit.dist import LaunchError
     from swinkit.files import RunLock, write_json_atomic
     try:

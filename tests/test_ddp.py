@@ -17,7 +17,7 @@ from swinkit.cli import main
 from swinkit.dist import LaunchConfig, launch
 from swinkit.measure.phases import BLAME_KEYS, PHASES
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-from swinkit.workloads.inject import Injection, parse_injection
+from swinkit.injection import Injection, parse_injection
 
 pytestmark = pytest.mark.slow
 

@@ -15,11 +15,12 @@ import torch
 
 from swinkit.engines import traffic
 from swinkit.engines.collectives import CollectiveRecorder, message_bytes
-from swinkit.engines.dp import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
-                                scatter_bytes, split_batch, tensor_tree_bytes)
+from swinkit.engines.dp_parts import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
+                                      scatter_bytes, split_batch, tensor_tree_bytes)
 from swinkit.engines.spec import (EngineSpec, EngineUnavailable, check_dp_devices,
                                   spec_for_key)
-from swinkit.measure.timeline import HostClock, Timeline, phase_durations
+from swinkit.measure.clocks import HostClock
+from swinkit.measure.timeline import Timeline, phase_durations
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed "
@@ -199,7 +200,7 @@ def test_bad_engine_specs_name_the_field(kw, message):
 
 
 def test_injection_is_ddp_only():
-    from swinkit.workloads.inject import Injection
+    from swinkit.injection import Injection
     spec = EngineSpec(engine="deepspeed", run=_run_spec(injection=Injection(data_ms=5)))
     with pytest.raises(ValueError, match="inject supported with engine ddp only"):
         spec.validate()
@@ -290,7 +291,7 @@ def test_message_bytes_conventions():
 
 
 def test_rounds_and_bytes_from_a_timeline():
-    from swinkit.workloads.engine_run import comm_rounds, gradient_collectives
+    from swinkit.workloads.engine_result import comm_rounds, gradient_collectives
 
     def it(marks, collectives):
         return {"marks": marks, "collectives": collectives}
@@ -318,7 +319,7 @@ DS_ITERATION = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 1.3],
 
 
 def test_engine_call_spans_skip_the_recorders_marks():
-    from swinkit.workloads.engine_run import engine_call_spans
+    from swinkit.workloads.engine_result import engine_call_spans
     spans = engine_call_spans(DS_ITERATION, [[1, 2, 5, 6]])
     assert spans == pytest.approx({"forward": 0.3, "backward": 0.5, "step": 0.1})
     # two micro-steps of one optimizer step add up
@@ -335,7 +336,7 @@ def test_ds_cross_check_compares_deepspeeds_events_with_the_timeline_not_host_sp
     """On GPU the engine calls return once their kernels are queued: host spans around them
     (10 ms here) are launch time, DeepSpeed's timers (CUDA events) device time. The check must
     set DeepSpeed's timers against the timeline's CUDA-event spans of the same calls."""
-    from swinkit.workloads.engine_run import ds_cross_check
+    from swinkit.workloads.engine_result import ds_cross_check
     rank = {"rank": 0, "warmup": 1, "clock": {"kind": "cuda_events"},
             "timeline": [{"marks": [], "collectives": []}, DS_ITERATION],
             "ds_timers": [{"fwd": 0.30, "bwd": 0.50, "step": 0.10}],
@@ -362,7 +363,7 @@ def test_dataparallel_loader_gets_the_workers_of_n_ranks():
 
 
 def test_engine_block_states_the_worker_budget_of_one_step():
-    from swinkit.workloads.engine_run import engine_block
+    from swinkit.workloads.engine_result import engine_block
     it = {"marks": [["start", 0.0], ["data_wait", 0.1], ["forward", 0.4], ["backward", 0.9],
                     ["optimizer", 1.0]], "collectives": []}
     dp = {"world_size": 4, "images_per_rank": 2, "warmup": 0,

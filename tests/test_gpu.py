@@ -131,7 +131,7 @@ def test_nccl_allreduce_of_the_buckets_is_correct(world_size):
                                         ("comm_ms=40,every=2", "exposed_comm"),
                                         ("data_ms=20,every=2", "data_wait")])
 def test_injection_is_recovered_on_the_injected_phase(data_root, inject, key):
-    from swinkit.workloads.inject import parse_injection
+    from swinkit.injection import parse_injection
     r = _ddp(data_root, 1, iters=12, warmup=4, injection=parse_injection(inject))
     paired = r["paired"]
     kind = inject.split("_")[0]

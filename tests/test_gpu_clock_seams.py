@@ -5,7 +5,8 @@ timer runs at a known rate against the host clock."""
 import pytest
 
 from swinkit.attribution.oracle import simulate
-from swinkit.measure.timeline import CudaClock, IterationRecord, OffsetLine, map_piecewise
+from swinkit.measure.clocks import CudaClock, OffsetLine, map_piecewise
+from swinkit.measure.timeline import IterationRecord
 from swinkit.measure.timing import event_timed
 
 

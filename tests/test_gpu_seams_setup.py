@@ -79,7 +79,7 @@ def test_clock_offsets_ping_pong_on_a_gloo_group_not_the_world(one_rank_group, m
     its own gloo group."""
     import torch.distributed as dist
 
-    from swinkit.measure import timeline
+    from swinkit.measure import clocks
     from swinkit.workloads.selftest import clock_offset_check
     seen = {}
 
@@ -87,7 +87,7 @@ def test_clock_offsets_ping_pong_on_a_gloo_group_not_the_world(one_rank_group, m
         seen["group"] = group
         seen["backend"] = dist.get_backend(group) if group is not None else None
         return {"offset_s": [0.0], "error_s": [0.0]}
-    monkeypatch.setattr(timeline, "estimate_clock_offsets", fake_estimate)
+    monkeypatch.setattr(clocks, "estimate_clock_offsets", fake_estimate)
     clock_offset_check(FakeRank())
     assert seen["group"] is not None and seen["group"] is not dist.group.WORLD
     assert seen["backend"] == "gloo"

@@ -21,9 +21,10 @@ import torch
 
 from swinkit.measure.contention import (HIGH_PRIORITY, POOL_SIZE, SIDE_STREAMS, CommLoad,
                                         SideStreams, load_stream)
-from swinkit.workloads.inject import (GATE, CudaDelayedLaunch, CudaSleep, DelayMeter, HostSpin,
-                                      Injection, ThreadDelayedLaunch, add_compute_delay,
-                                      calibrate_sleep_rate, per_iteration)
+from swinkit.injection import Injection
+from swinkit.workloads.delays import (GATE, CudaSleep, DelayMeter, HostSpin, calibrate_sleep_rate,
+                                      per_iteration)
+from swinkit.workloads.inject import CudaDelayedLaunch, ThreadDelayedLaunch, add_compute_delay
 
 REQUESTED_S = 0.02
 

@@ -23,7 +23,7 @@ def test_local_steps_meet_at_ddps_blocking_points_and_the_costs_leave_the_wait_o
     from swinkit.workloads.components import costs
     from swinkit.workloads.ddp_options import DDPOptions
     from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-    from swinkit.workloads.inject import Injection
+    from swinkit.injection import Injection
     delay_s = 2 * DATA_MS / 1e3
     out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, local=True,
                              ddp=DDPOptions(grad_accum=2),

@@ -13,8 +13,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from swinkit.measure import ddp_hooks
-from swinkit.measure.timeline import HostClock, Timeline, make_clock
+from swinkit.measure import ddp_hooks, sync_bn
+from swinkit.measure.clocks import HostClock, make_clock
+from swinkit.measure.timeline import Timeline
 from swinkit.model.cpu_syncbn import CpuSyncBatchNorm, _CpuSyncBatchNormFunction
 from swinkit.workloads.paired_launch import Switch, sync_batch_norms
 
@@ -46,7 +47,7 @@ def test_recording_torch_syncbn_before_an_inplace_relu_does_not_break_backward()
                             for c in (3, 8)]).train()
     timeline = Timeline(make_clock(cuda=False))
     timeline.begin()
-    assert ddp_hooks.record_module_collectives(timeline, model) == 2
+    assert sync_bn.record_module_collectives(timeline, model) == 2
     model(torch.randn(2, 3, 16, 16)).sum().backward()
     # no process group: SyncBN ran plain batch norm, so nothing waited and nothing is recorded
     assert timeline.current.collectives == []
@@ -81,7 +82,7 @@ def test_stand_in_is_plain_batch_norm_in_a_world_of_one(one_rank_group):
     model = _conv_module(3, 4, CpuSyncBatchNorm(4)).train()
     timeline = Timeline(HostClock())
     timeline.begin()
-    ddp_hooks.record_module_collectives(timeline, model)
+    sync_bn.record_module_collectives(timeline, model)
     model(torch.randn(2, 3, 8, 8)).sum().backward()
     assert timeline.current.collectives == []
 
@@ -92,7 +93,7 @@ def test_only_syncbns_collectives_are_recorded_forward_and_backward(one_rank_gro
     SyncBN are not recorded."""
     model = nn.Sequential(_conv_module(3, 4, _AlwaysSync(4)), _conv_module(4, 4, _AlwaysSync(4)))
     timeline = Timeline(HostClock())
-    assert ddp_hooks.record_module_collectives(timeline, model) == 2
+    assert sync_bn.record_module_collectives(timeline, model) == 2
     for _ in range(2):
         timeline.begin()
         model(torch.randn(2, 3, 8, 8)).sum().backward()
@@ -136,7 +137,7 @@ def test_syncbn_compute_stays_outside_its_collective_record(one_rank_group):
     timeline = Timeline(_LoggingClock(log))
     timeline.begin()
     model = nn.Sequential(_ComputeAroundGather(log))
-    ddp_hooks.record_module_collectives(timeline, model)
+    sync_bn.record_module_collectives(timeline, model)
     log.clear()
     model(torch.zeros(2, 2, 1, 1))
     assert log == ["stats", "mark", "mark", "normalise"]
@@ -169,7 +170,7 @@ def test_every_collective_torchs_syncbn_calls_is_recorded():
     source = inspect.getsource(_functions.SyncBatchNorm)
     called = set(re.findall(r"(?:\bdist|torch\.distributed)\.(\w+)\(", source))
     assert called, "torch's SyncBatchNorm calls no collective: the recorder needs a new hook"
-    assert called <= set(ddp_hooks._TAPPED), called - set(ddp_hooks._TAPPED)
+    assert called <= set(sync_bn._TAPPED), called - set(sync_bn._TAPPED)
 
 
 def _sync_bn_names(iteration) -> list[str]:

@@ -290,7 +290,7 @@ def test_bad_ddp_options_name_the_field(options, field):
 
 def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
     from swinkit.workloads.ddp_run import DDPRunSpec
-    from swinkit.workloads.inject import Injection
+    from swinkit.injection import Injection
     with pytest.raises(ValueError, match="multiples of grad_accum"):
         DDPRunSpec(preset="test", world_size=1, iters=5, warmup=2,
                    ddp=DDPOptions(grad_accum=2)).validate()

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.files import write_json_atomic
     from swinkit.report.page import write_html
     from swinkit.report.text import text_report
-    from swinkit.workloads.inject import parse_injection
+    from swinkit.injection import parse_injection
 
     if args.run and args.iters is None and not args.engine and not args.what_if:
         try:  # the attribution: the preset says how many its iteration time needs

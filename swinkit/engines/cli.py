@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 
+from swinkit.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
 ALL = "all"
 
 
 def engine_command(args) -> int:
-    from swinkit.cli import EXIT_BAD_INPUT, EXIT_OK
     from swinkit.cli_launch import launch_and_report, run_spec
     from swinkit.engines.spec import ENGINES, EngineSpec, EngineUnavailable
 
@@ -50,7 +51,6 @@ def engine_command(args) -> int:
 
 
 def _all(args, run) -> int:
-    from swinkit.cli import EXIT_OK
     from swinkit.engines.compare import compare_figure, compare_table
     from swinkit.engines.spec import COMPARED
     from swinkit.files import write_json_atomic

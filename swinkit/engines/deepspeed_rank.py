@@ -50,12 +50,13 @@ import torch.distributed as dist
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
 from swinkit.engines.collectives import CollectiveRecorder
-from swinkit.measure import ddp_hooks, memory
+from swinkit.measure import memory, sync_bn
 from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
-from swinkit.measure.timeline import Timeline, make_clock, phase_durations
+from swinkit.measure.clocks import make_clock
+from swinkit.measure.timeline import Timeline, phase_durations
 from swinkit.model.segmentor import build_optimizer, build_segmentor
-from swinkit.workloads.ddp import _clock_offsets
+from swinkit.workloads.rank_clocks import clock_offsets
 from swinkit.workloads.errors import out_of_memory_named
 
 ENTRY = "swinkit.engines.deepspeed_rank:deepspeed_rank"
@@ -163,8 +164,8 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     recorder = CollectiveRecorder(timeline, ds_comm.comm.cdb)
     # SyncBN's collectives go through torch.distributed, not DeepSpeed's backend: recorded as
     # the DDP loop records them, so both engines' blame sees the same waits
-    sync_bn = ddp_hooks.record_module_collectives(timeline, model)
-    clocks = _clock_offsets(rank)
+    sync_bn_modules = sync_bn.record_module_collectives(timeline, model)
+    clocks = clock_offsets(rank)
     cpu, nvml = CpuUsage(), NvmlSampler(rank.local_rank) if cuda else None
     losses, starts, timers, calls = [], [], [], []
 
@@ -228,7 +229,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "iteration": [sum(p.values()) for p in measured],
         "phases": {p: [m[p] for m in measured] for p in PHASES},
         "ds_timers": timers[warmup:] if want_timers else None,
-        "engine_call_marks": calls[warmup:], "sync_bn_modules": sync_bn,
+        "engine_call_marks": calls[warmup:], "sync_bn_modules": sync_bn_modules,
         "comms_logger": comms,
         "memory": peak, "model_state": state,
         "ds_config": config, "deepspeed": deepspeed.__version__,

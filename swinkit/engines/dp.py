@@ -8,13 +8,10 @@ model onto every device, runs the replicas in threads and gathers their losses o
 backward reduce-adds the replicas' gradients onto device 0, where the optimizer steps.
 
 MMSeg's batches are a tensor of images plus a list of ``SegDataSample`` (labels inside), which
-DataParallel's own scatter does not split (it would hand every device every sample), so the
-pure-Python parts are here, testable on CPU: :func:`chunk_sizes` (the split torch's scatter
-makes), :func:`split_batch` (images and samples together, each onto its device),
-:func:`gather_losses` (the replicas' losses onto one device, weighted by their share of the
-batch) and the bytes each step copies (:func:`tensor_tree_bytes`). :class:`SegDataParallel` is
-DataParallel with that scatter and gather; :mod:`swinkit.engines.dp_vanilla` writes the same
-iteration with the ``torch.nn.parallel`` primitives and times each.
+DataParallel's own scatter does not split: the pure-Python pieces that do are in
+:mod:`swinkit.engines.dp_parts`, testable on CPU. :class:`SegDataParallel` is DataParallel with
+that scatter and gather; :mod:`swinkit.engines.dp_vanilla` writes the same iteration with the
+``torch.nn.parallel`` primitives and times each.
 
 Phases: ``data_wait`` (loader + preprocessor to device 0), ``forward`` (for ``dp``: the whole
 DataParallel call, copies included), ``backward`` (the replicas' backward and the gradient
@@ -23,120 +20,25 @@ reduce-add onto device 0, which runs inside autograd and is not separable from t
 """
 from __future__ import annotations
 
-import math
 import socket
 import time
 
 import torch
 from torch import nn
 
-from swinkit.measure import ddp_hooks, memory
+from swinkit.measure import memory, sync_bn
 from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSamplers
-from swinkit.measure.timeline import Timeline, make_clock, phase_durations
+from swinkit.measure.clocks import make_clock
+from swinkit.measure.timeline import Timeline, phase_durations
+
+from swinkit.engines.dp_parts import (gather_bytes, gather_losses, module_bytes, scatter_bytes,
+                                      split_batch)
 
 ENTRY = "swinkit.engines.dp:dp_rank"
 
 
 # ----------------------------------------------------------------- pure parts (CPU-testable)
-
-def chunk_sizes(batch: int, n_devices: int) -> list[int]:
-    """The sizes ``torch.chunk`` (and so DataParallel's scatter) cuts a batch into: chunks of
-    ceil(batch / n), the last one smaller; fewer than n chunks when the batch is short."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
-        raise ValueError(f"n_devices must be an integer >= 1, got {n_devices!r}")
-    step = math.ceil(batch / n_devices)
-    sizes = [step] * (batch // step)
-    return sizes + ([batch % step] if batch % step else [])
-
-
-def tensor_tree_bytes(obj) -> int:
-    """Bytes of every tensor in a nest of dicts, lists, tuples and MMEngine data elements."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(tensor_tree_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_tree_bytes(v) for v in obj)
-    if hasattr(obj, "all_values"):  # mmengine BaseDataElement (SegDataSample, PixelData)
-        return sum(tensor_tree_bytes(v) for v in obj.all_values())
-    return 0
-
-
-def _to(obj, device):
-    if isinstance(obj, torch.Tensor) or hasattr(obj, "to"):
-        return obj.to(device)
-    return obj
-
-
-def split_batch(data: dict, devices) -> list[dict]:
-    """One preprocessed batch ``{"inputs": (B, C, H, W), "data_samples": [B samples]}`` as
-    per-device batches: consecutive chunks of :func:`chunk_sizes`, images and their samples
-    together, each moved onto its device. Other keys are passed to every device unchanged."""
-    inputs, samples = data["inputs"], data["data_samples"]
-    if len(samples) != inputs.shape[0]:
-        raise ValueError(f"data_samples has {len(samples)} entries for {inputs.shape[0]} images")
-    out, start = [], 0
-    for size, device in zip(chunk_sizes(inputs.shape[0], len(devices)), devices):
-        part = {k: v for k, v in data.items() if k not in ("inputs", "data_samples")}
-        part["inputs"] = inputs[start:start + size].to(device, non_blocking=True)
-        part["data_samples"] = [_to(s, device) for s in samples[start:start + size]]
-        out.append(part)
-        start += size
-    return out
-
-
-def scatter_bytes(parts: list[dict], source) -> int:
-    """Bytes the split moved off the source device (the chunks that went elsewhere)."""
-    source = torch.device(source)
-    return sum(tensor_tree_bytes(p) for p in parts if p["inputs"].device != source)
-
-
-def gather_losses(outputs: list[dict], target, weights: list[int] | None = None) -> dict:
-    """The replicas' loss dicts as one, on ``target``: each entry the mean over replicas
-    weighted by ``weights`` (images per replica; equal by default), which is the full batch's
-    mean when every replica's loss is the mean over its own images. Autograd flows back
-    through the copies."""
-    if not outputs:
-        raise ValueError("outputs is empty: no replica ran")
-    weights = weights or [1] * len(outputs)
-    if len(weights) != len(outputs):
-        raise ValueError(f"weights has {len(weights)} entries for {len(outputs)} outputs")
-    total = float(sum(weights))
-    keys = list(outputs[0])
-    for o in outputs[1:]:
-        if list(o) != keys:
-            raise ValueError(f"replicas returned different keys: {keys} vs {list(o)}")
-    gathered = {}
-    for key in keys:
-        values = [o[key] for o in outputs]
-        if isinstance(values[0], (list, tuple)):  # MMSeg allows a list of losses per key
-            gathered[key] = [sum(w * v.to(target) for w, v in zip(weights, vs)) / total
-                             for vs in zip(*values)]
-        else:
-            gathered[key] = sum(w * v.to(target) for w, v in zip(weights, values)) / total
-    return gathered
-
-
-def gather_bytes(outputs: list[dict], target) -> int:
-    """Bytes the gather copied onto ``target`` (the outputs that were elsewhere)."""
-    target = torch.device(target)
-    return sum(tensor_tree_bytes(o) for o in outputs
-               if _first_device(o) is not None and _first_device(o) != target)
-
-
-def _first_device(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.device
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else []
-    for v in values:
-        d = _first_device(v)
-        if d is not None:
-            return d
-    return None
-
 
 def loader_workers(per_device: int, n_devices: int) -> dict:
     """The worker budget of DataParallel's one loader: ``per_device`` workers (what DDP gives
@@ -162,14 +64,6 @@ def device_peaks(indices, max_allocated, max_reserved) -> dict:
         raise ValueError("indices is empty: no device to read")
     largest = max(per_device, key=lambda i: per_device[i]["peak_bytes"])
     return dict(per_device[largest], peak_device=int(largest), per_device=per_device)
-
-
-def module_bytes(module: nn.Module) -> dict:
-    """Parameter, trainable-gradient and buffer bytes of a module (what replicate copies)."""
-    params = list(module.parameters())
-    return {"params": memory.tensor_bytes(params),
-            "grads": memory.tensor_bytes(p for p in params if p.requires_grad),
-            "buffers": memory.tensor_bytes(module.buffers())}
 
 
 # ----------------------------------------------------------------- DataParallel
@@ -263,7 +157,7 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     timeline = Timeline(make_clock(True))
     # as the DDP loop does; under one process's gloo world of one SyncBN runs plain batch norm,
     # so nothing is recorded unless that changes
-    sync_bn = ddp_hooks.record_module_collectives(timeline, model)
+    sync_bn_modules = sync_bn.record_module_collectives(timeline, model)
     cpu, nvml = CpuUsage(), NvmlSamplers(indices)
     losses, starts = [], []
 
@@ -320,7 +214,7 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "copies_bytes": copies.rows[warmup:], "module_bytes": sizes,
         "memory": dict(memory.peak_memory(True, baseline_rss), **device_peaks(
             indices, torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved)),
-        "sync_bn_modules": sync_bn,
+        "sync_bn_modules": sync_bn_modules,
         "model_state": memory.model_state(model, optim.optimizer),
         "images_per_step": per_device * n_devices * grad_accum,
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import parallel_apply, replicate
 
-from swinkit.engines.dp import gather_bytes, gather_losses, module_bytes, scatter_bytes, split_batch
+from swinkit.engines.dp_parts import gather_bytes, gather_losses, module_bytes, scatter_bytes, split_batch
 
 
 def _span(timeline, name: str, nbytes_of, fn):

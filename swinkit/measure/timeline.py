@@ -10,179 +10,20 @@ What a rank records per iteration (:class:`IterationRecord`):
   collectives hold the rank until they finish (DDP's buffer broadcast, SyncBN, the final
   gradient synchronisation); the others run beside compute (earlier gradient buckets).
 
-Clocks (:class:`HostClock`, :class:`CudaClock`, :class:`NullClock`) share one interface: ``now()``
-returns a mark, ``seconds(mark)`` turns it into seconds on the host's ``perf_counter`` after the
-run. ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock for every process of a Linux host, so on
-one node the ranks' timelines are comparable as recorded. On GPU a mark is a CUDA event recorded
-into the stream (nothing synchronises inside the step); events are mapped to host seconds
-through one reference event taken at start-up with the device idle. Across nodes,
-:func:`estimate_clock_offsets` measures each rank's offset from rank 0 by ping-pong and the
-error bound is kept with the timeline.
+Marks come from a clock of :mod:`swinkit.measure.clocks` (the host's, CUDA events', or none),
+all read as host seconds after the run, so the ranks' timelines can be laid side by side.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from swinkit.measure.clocks import NullClock
 from swinkit.measure.phases import PHASES
 
 # A barrier swinkit adds to local steps where DDP would make the ranks meet
 # (swinkit.workloads.meet): a wait the oracle replays, not work of the phase it fell in.
 MEET = "meet"
-
-
-class HostClock:
-    """perf_counter marks (CPU ranks)."""
-    name = "perf_counter"
-
-    def now(self) -> float:
-        return time.perf_counter()
-
-    def seconds(self, mark: float) -> float:
-        return mark
-
-    def anchor(self) -> None:
-        """Marks are host time already."""
-
-    def finish(self) -> None:
-        """Nothing is in flight on the host."""
-
-    def error_s(self) -> float:
-        return 0.0
-
-
-class CudaClock:
-    """CUDA-event marks on the current stream, read after the run (no sync inside the step).
-
-    Events become host seconds through *anchors*: an event recorded on an idle device between
-    two host reads, ``synchronize(); t0; record; synchronize(); t1``, completed within
-    [t0, t1], so its host time is their midpoint within half their distance. Anchors are taken
-    at start-up, wherever the loop already stands outside an iteration (:meth:`anchor`) and at
-    the end (:meth:`finish`); a mark maps along the straight line between the anchors around
-    it, so the GPU timer's drift against the host clock over a long run is followed piecewise.
-    :meth:`error_s` bounds the mapping's error: the widest anchor, plus how far the middle
-    anchors sit off the line through the first and the last (the drift one line would miss).
-    ``event_factory`` and ``synchronize``: CUDA's unless given (a CPU test drives the
-    arithmetic with fake events)."""
-    name = "cuda_events"
-
-    def __init__(self, event_factory=None, synchronize=None, now=time.perf_counter):
-        if event_factory is None:
-            import torch
-            event_factory = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-            synchronize = torch.cuda.synchronize
-        self._event, self._sync, self._now = event_factory, synchronize, now
-        self._anchors: list[tuple[Any, float, float]] = []  # (event, host seconds, half-width)
-        self._marked = False  # a mark was recorded since the last anchor
-        self.anchor()
-
-    def anchor(self) -> None:
-        """Map the device's timer to the host clock now (synchronises: outside iterations)."""
-        self._sync()
-        t0 = self._now()
-        event = self._event()
-        event.record()
-        self._sync()
-        t1 = self._now()
-        self._anchors.append((event, (t0 + t1) / 2, (t1 - t0) / 2))
-        self._marked = False
-
-    def now(self):
-        event = self._event()
-        event.record()
-        self._marked = True
-        return event
-
-    def _elapsed(self, mark) -> float:
-        """Device seconds from the first anchor to ``mark``."""
-        return self._anchors[0][0].elapsed_time(mark) / 1e3
-
-    def seconds(self, mark) -> float:
-        return map_piecewise(self._points(), self._elapsed(mark))
-
-    def _points(self) -> list[tuple[float, float]]:
-        return [(self._elapsed(event), host) for event, host, _ in self._anchors]
-
-    def finish(self) -> None:
-        """Close the mapping after the last mark (resolving twice adds no second anchor)."""
-        if self._marked:
-            self.anchor()
-
-    def error_s(self) -> float:
-        points = self._points()
-        widest = max(half for _, _, half in self._anchors)
-        if len(points) < 3:
-            return widest
-        ends = [points[0], points[-1]]
-        return widest + max(abs(map_piecewise(ends, x) - host) for x, host in points[1:-1])
-
-
-def map_piecewise(points: list[tuple[float, float]], x: float) -> float:
-    """``x`` mapped along the straight lines through ``points`` ((x, y), x ascending); beyond
-    either end along the nearest segment (one point: a shift).
-
-    >>> map_piecewise([(0.0, 10.0), (1.0, 11.5), (2.0, 12.5)], 1.5), map_piecewise([(0.0, 10.0), (1.0, 11.5)], 3.0)
-    (12.0, 14.5)
-    """
-    if len(points) == 1:
-        return points[0][1] + x - points[0][0]
-    i = 1
-    while i < len(points) - 1 and x > points[i][0]:
-        i += 1
-    (x0, y0), (x1, y1) = points[i - 1], points[i]
-    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 1.0
-    return y0 + (x - x0) * slope
-
-
-class NullClock:
-    """The same interface, recording nothing: the bare loop's clock."""
-    name = "none"
-
-    def now(self) -> None:
-        return None
-
-    def seconds(self, mark) -> float:
-        return float("nan")
-
-    def anchor(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-    def error_s(self) -> float:
-        return 0.0
-
-
-@dataclass(frozen=True)
-class OffsetLine:
-    """A rank's clock minus rank 0's as a straight line through two estimates (before and
-    after the run), so drift between hosts is followed rather than frozen at the start.
-
-    >>> line = OffsetLine(100.0, 0.010, 200.0, 0.012)   # 20 ppm drift
-    >>> round(line(150.0), 6), OffsetLine.none()(5.0)
-    (0.011, 0.0)
-    """
-    at0: float
-    offset0: float
-    at1: float
-    offset1: float
-
-    @classmethod
-    def none(cls) -> "OffsetLine":
-        return cls(0.0, 0.0, 1.0, 0.0)
-
-    def __call__(self, t: float) -> float:
-        if self.at1 == self.at0:
-            return self.offset0
-        return self.offset0 + (t - self.at0) * (self.offset1 - self.offset0) / (self.at1 - self.at0)
-
-
-def make_clock(cuda: bool, enabled: bool = True):
-    if not enabled:
-        return NullClock()
-    return CudaClock() if cuda else HostClock()
 
 
 @dataclass
@@ -309,42 +150,6 @@ def iteration_span(iteration: dict) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------- clocks of several hosts
-
-def estimate_clock_offsets(rank: int, world: int, group=None, rounds: int = 8,
-                           now: Callable[[], float] = time.perf_counter) -> dict:
-    """Each rank's clock offset from rank 0, by ping-pong over a (gloo) process group.
-
-    Rank 0 sends its time t1 to rank r, which answers with its own time t2; rank 0 reads t3 on
-    receipt. Then offset = t2 - (t1 + t3) / 2 with error at most (t3 - t1) / 2 (the answer was
-    taken somewhere inside the round trip); the round with the shortest trip is kept.
-
-    Returns on every rank: ``{"offset_s": [per rank], "error_s": [per rank]}`` (rank 0: 0, 0).
-    """
-    import torch
-    import torch.distributed as dist
-
-    best = torch.zeros(world, 2, dtype=torch.float64)  # offset, error per rank
-    for peer in range(1, world):
-        if rank not in (0, peer):
-            continue
-        trips = []
-        for _ in range(rounds):
-            msg = torch.zeros(1, dtype=torch.float64)
-            if rank == 0:
-                t1 = now()
-                dist.send(msg, peer, group=group)
-                dist.recv(msg, peer, group=group)
-                t3 = now()
-                trips.append((t3 - t1, float(msg) - (t1 + t3) / 2))
-            else:
-                dist.recv(msg, 0, group=group)
-                msg.fill_(now())
-                dist.send(msg, 0, group=group)
-        if rank == 0:
-            trip, offset = min(trips)
-            best[peer] = torch.tensor([offset, trip / 2])
-    dist.broadcast(best, 0, group=group)
-    return {"offset_s": best[:, 0].tolist(), "error_s": best[:, 1].tolist()}
 
 
 def chrome_trace(timelines: dict[int, list[dict]], warmup: int = 0) -> dict:

@@ -9,7 +9,7 @@ CPU: one ``all_gather`` of the per-rank statistics in forward and one ``all_redu
 gradient sums in backward, called through ``torch.distributed`` as torch's own SyncBN calls
 them, with the statistics in plain tensor ops. It is not a subclass of
 ``torch.nn.SyncBatchNorm``, because DDP refuses that class on CPU modules; swinkit's
-instruments find both by :func:`swinkit.measure.ddp_hooks.is_sync_batch_norm`. A config asks
+instruments find both by :func:`swinkit.measure.sync_bn.is_sync_batch_norm`. A config asks
 for it with ``norm_cfg=dict(type='CpuSyncBN')`` (the presets' ``cpu_sync_bn``).
 
 The math is batch norm over the union of the ranks' batches:
@@ -76,7 +76,7 @@ class CpuSyncBatchNorm(_BatchNorm):
     """SyncBatchNorm whose synchronised path runs on CPU (see the module doc). It synchronises
     when torch's would: training, a process group initialised, more than one rank in
     ``process_group`` (default: every rank); otherwise it is plain batch norm. x: (B, C, *)."""
-    syncs_batch_norm = True  # what swinkit.measure.ddp_hooks.is_sync_batch_norm looks for
+    syncs_batch_norm = True  # what swinkit.measure.sync_bn.is_sync_batch_norm looks for
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, process_group=None,

@@ -16,7 +16,7 @@ from swinkit.config import load_config
 from swinkit.dist import LaunchConfig, launch
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 from swinkit.workloads.components import predict_from
-from swinkit.workloads.inject import Injection
+from swinkit.injection import Injection
 from swinkit.workloads.sweep import oversubscribe_allowed
 
 

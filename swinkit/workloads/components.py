@@ -27,7 +27,6 @@ processes at once, the same thread policy, the same loader workers, the same DDP
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -36,21 +35,9 @@ from swinkit.attribution.oracle import simulate
 from swinkit.measure.contention import CommLoad, rates
 from swinkit.measure.ddp_hooks import bucket_sizes_bytes
 from swinkit.measure.timeline import phase_durations, work_durations
-from swinkit.measure.timing import event_timed, timed
+from swinkit.workloads.collective_timing import time_collectives
 from swinkit.workloads.ddp import ddp_rank
 
-COMM_REPS = 7
-COMM_WARMUP = 2
-# Cold collectives: more rounds, and their mean without the lowest and the highest (a 10 %
-# trim of 15 rounds) rather than the median.
-# Their times here are bimodal (1.3 MB with gloo: ~1.0 ms or ~3.5-4.5 ms, in either
-# proportion), so a median of a few rounds lands on one mode or the other and predictions
-# jumped by several percent from launch to launch; an iteration holds several collectives,
-# and what they add to its time is their sum, whose expectation is the mean.
-COLD_COMM_REPS = 15
-COLD_TRIM = 0.1
-DDP_BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024  # DDP's broadcast_bucket_size
-EVICT_BYTES = 64 << 20  # swept before a cold collective: more than a server CPU's last-level cache
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
 
@@ -175,115 +162,6 @@ def powersgd_payload(shapes: list[list[int]], rank: int) -> list[int]:
         else:
             uncompressed += numel
     return [n for n in (uncompressed, p, q) if n]
-
-
-def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool = False,
-                     tensors: list[list[torch.Tensor]] | None = None,
-                     same_host: bool = True, group=None, events=None) -> list[float]:
-    """Seconds per entry of ``sizes`` (one entry: its collectives run back to back), the
-    slowest rank's: the median of the rounds hot, their trimmed mean cold. ``tensors``: the
-    entries themselves, instead of zeros of ``sizes``. ``op``:
-    "all_reduce", "broadcast", or "broadcast_coalesced" (an entry's tensors in one call, packed
-    and unpacked, as DDP broadcasts the module's buffers).
-
-    Hot (default): after a barrier per round, the entries back to back. ``cold``: each entry
-    as DDP meets it, after compute: on CPU every rank first sweeps a buffer larger than the
-    caches (the backward pass has just done so) and its communication threads have idled, and
-    the time counts from the last rank's arrival (the ranks' skew is not the collective's;
-    ``same_host``: their clocks are one, else the skew stays in). ``group``: the process
-    group the entries run over (default: every rank); over a group of one each rank times its
-    own, from its own arrival.
-    Measured here with gloo: an all-reduce of 0.8 MB took 0.6-1.1 ms hot and 2.5-4.6 ms right
-    after 10 ms of compute or a 64 MB sweep.
-
-    On GPU (or with ``events``, a factory of device-event stand-ins) each entry is timed by
-    events on the launching stream, one synchronisation per round
-    (:func:`~swinkit.measure.timing.event_timed`): what the collective takes on the device, as
-    DDP pipelines the buckets on one stream, without a host launch and sync per entry."""
-    if tensors is None:
-        tensors = [[torch.zeros(n, dtype=dtype, device=device) for n in entry] for entry in sizes]
-    run = _entry_runner(op, group)
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    if events is None and device.type == "cuda":
-        events = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    sweep = (torch.empty(EVICT_BYTES // 4), torch.empty(EVICT_BYTES // 4)) if (
-        cold and device.type == "cpu") else None
-    one_host = cold and same_host and group is None
-    rounds = []
-    for _ in range(COMM_WARMUP + (COLD_COMM_REPS if cold else COMM_REPS)):
-        if not cold:
-            dist.barrier()
-            if events is not None:
-                times = event_timed([lambda entry=entry: run(entry) for entry in tensors], events,
-                                    sync or (lambda: None))
-            else:
-                times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
-        elif events is not None:
-            times = [_cold_events(entry, run, sync, events) for entry in tensors]
-        else:
-            times = [_cold_once(entry, run, sync, sweep, device, one_host) for entry in tensors]
-        slowest = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        rounds.append(slowest.tolist())
-    rounds = rounds[COMM_WARMUP:]
-    middle = trimmed_mean if cold else statistics.median
-    return [middle([r[j] for r in rounds]) for j in range(len(tensors))]
-
-
-def trimmed_mean(values: list[float], trim: float = COLD_TRIM) -> float:
-    """The mean of ``values`` without the lowest and highest ``trim`` share of them, rounded
-    down (of fewer than ``1 / trim`` values none is dropped).
-
-    >>> trimmed_mean([1.0, 1.0, 1.0, 4.0, 4.0, 100.0, 0.0, 1.0, 4.0, 4.0])  # 0 and 100 dropped
-    2.5
-    """
-    ordered = sorted(values)
-    cut = int(len(ordered) * trim)
-    return statistics.fmean(ordered[cut:len(ordered) - cut] or ordered)
-
-
-def _entry_runner(op: str, group=None):
-    """``group``'s rank 0 is the source of a broadcast."""
-    if op == "all_reduce":
-        return lambda entry: [dist.all_reduce(t, group=group) for t in entry]
-    if op == "all_gather":  # each rank's tensor to every rank, as SyncBN's statistics
-        def gather(entry):
-            for t in entry:
-                dist.all_gather([torch.empty_like(t) for _ in range(dist.get_world_size(group))],
-                                t, group=group)
-        return gather
-    group = dist.group.WORLD if group is None else group
-    if op == "broadcast":
-        return lambda entry: [dist.broadcast(t, group=group, group_src=0) for t in entry]
-    if op == "broadcast_coalesced":
-        return lambda entry: dist._broadcast_coalesced(group, entry, DDP_BROADCAST_BUCKET_BYTES, 0)
-    raise ValueError(f"unknown collective {op!r}")
-
-
-def _cold_events(entry, run, sync, events) -> float:
-    """One entry after a barrier, timed on the device by events (the GPU path): the barrier
-    leaves the ranks' launches microseconds apart, which the slowest rank's time includes."""
-    dist.barrier()
-    return event_timed([lambda: run(entry)], events, sync or (lambda: None))[0]
-
-
-def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
-    """One entry after a barrier and a cache sweep: seconds from the last rank's arrival (one
-    host's processes share the monotonic clock; across hosts the skew stays in)."""
-    dist.barrier()
-    if sweep is not None:
-        sweep[1].copy_(sweep[0])
-    sync and sync()
-    arrive = time.perf_counter()
-    run(entry)
-    sync and sync()
-    done = time.perf_counter()
-    if not one_host:
-        return done - arrive
-    arrivals = torch.tensor([arrive], dtype=torch.float64, device=device)
-    gathered = [torch.zeros_like(arrivals) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, arrivals)
-    return done - max(float(a) for a in gathered)
 
 
 def rank_costs(rank_result: dict, warmup: int, grad_accum: int) -> dict:

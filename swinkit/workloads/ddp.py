@@ -18,133 +18,23 @@ instrumentation costs).
 from __future__ import annotations
 
 import contextlib
-import random
 import socket
 import statistics
 import time
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from swinkit.config import load_config
-from swinkit.data.loader import batches, build_loader
-from swinkit.measure import memory
-from swinkit.measure import ddp_hooks
+from swinkit.injection import Injection
+from swinkit.measure import ddp_hooks, memory
 from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
-from swinkit.measure.samplers import CpuUsage, NvmlSampler
-from swinkit.measure.timeline import (OffsetLine, Timeline, estimate_clock_offsets, make_clock,
-                                      phase_durations)
-from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.measure.timeline import phase_durations
 from swinkit.workloads.ddp_options import DDPOptions
+from swinkit.workloads.ddp_setup import RankRun, setup_rank
+from swinkit.workloads.delays import GATE, per_iteration
 from swinkit.workloads.errors import out_of_memory_named
-from swinkit.workloads.inject import (GATE, Injection, MeasuredDelay, add_compute_delay,
-                                      add_data_delay, comm_launcher, per_iteration)
-from swinkit.workloads.meet import Meet
-from swinkit.workloads.paired_launch import Switch, schedule, sync_batch_norms
-
-
-@dataclass
-class RankRun:
-    """Everything one rank's loop touches, built once by :func:`_setup`."""
-    cfg: object
-    cuda: bool
-    model: torch.nn.Module
-    ddp: DistributedDataParallel
-    optim: object
-    schedulers: list
-    loader: object
-    stream: object
-    timeline: Timeline
-    buckets: ddp_hooks.BucketRecorder | None
-    buffers: ddp_hooks.ModuleCollective | None
-    stats: ddp_hooks.DDPStats | None
-    options: DDPOptions = field(default_factory=DDPOptions)
-    memory_baseline: int = 0
-    cpu: CpuUsage = field(default_factory=CpuUsage)
-    nvml: NvmlSampler | None = None
-    losses: list = field(default_factory=list)
-    starts: list = field(default_factory=list)
-    # iteration index -> when it ended early: at a paired run's barrier, which is in no
-    # iteration (else the next start ends it)
-    cut: dict = field(default_factory=dict)
-    skipped: list = field(default_factory=list)
-    injected: list = field(default_factory=list)
-    # local steps at N > 1: meet the other ranks where DDP would (swinkit.workloads.meet)
-    meet: Meet | None = None
-    # a gloo group over every rank for the host's own agreements (clock offsets, when to stop
-    # the contention loop): CPU messages whatever the backend, off the compute stream
-    control: object = None
-    # injections that measure what they inject ("compute", "comm"), read after the run
-    delays: dict = field(default_factory=dict)
-
-
-def _setup(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
-           bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool,
-           paired: bool = False) -> RankRun:
-    """``local``: DDP over this rank alone with a hook that communicates nothing (the component
-    measurement: DDP's bucketing, hooks and buffer sync, with nothing sent to another rank). ``paired``: DDP
-    over every rank whose hook and buffer broadcast can be switched to the local ones
-    (:class:`Switch`)."""
-    cfg = load_config(preset, data_root, overrides, device=device)
-    cuda = cfg.device == "cuda"
-    dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
-    add_data_delay(cfg, injection, rank.rank)
-    # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
-    # run with loader workers 0 (augmenting in this process) is reproducible too.
-    np.random.seed(seed + rank.rank)
-    random.seed(seed + rank.rank)
-    memory_baseline = memory.rss_bytes()
-    torch.manual_seed(seed)  # identical initial weights on every rank
-    model = build_segmentor(cfg).to(dev)
-    compute_delay = add_compute_delay(model, injection, rank.rank, cuda)
-    # new_group is collective: every rank makes every singleton group, each keeps its own.
-    singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
-                 if local or paired else None)
-    alone = singleton if local else None
-    ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None,
-                                  process_group=alone, **options.ddp_kwargs())
-    timeline = Timeline(make_clock(cuda, enabled=not bare))
-    # Locally the hook still runs (a compression hook's casts are compute), over the group of
-    # one; an injected comm delay belongs to the collective, so it is not in the local run.
-    launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local)
-                if local else comm_launcher(injection, rank.rank, cuda))
-    delays = {name: d for name, d in (("compute", compute_delay), ("comm", launcher))
-              if isinstance(d, MeasuredDelay)}
-    if launcher is None and options.comm_hook:
-        launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
-    if local:  # SyncBN over the group of one too: plain batch norm, nothing sent
-        for module in sync_batch_norms(model):
-            module.process_group = alone
-    if paired:
-        launcher = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
-        launcher.route_buffer_broadcast(ddp)
-        launcher.route_sync_batch_norm(model)
-        # NCCL makes a group's communicator on its first collective: here, not inside the
-        # first measured local forward
-        dist._broadcast_coalesced(singleton, [torch.zeros(1, device=dev)], 1 << 20, 0)
-        ddp_timers = False  # DDP's running averages would mix both kinds of iteration
-    buckets = None
-    if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
-        buckets = ddp_hooks.BucketRecorder(timeline, process_group=alone,
-                                           launcher=launcher or ddp_hooks.plain_launch)
-        ddp.register_comm_hook(buckets, ddp_hooks.recording_allreduce_hook)
-    buffers = None if bare else ddp_hooks.record_buffer_broadcast(timeline, ddp)
-    if not bare:  # SyncBN's collectives (GPU presets, or cpu_sync_bn)
-        ddp_hooks.record_module_collectives(timeline, model)
-    # DDP's runtime sampling synchronises on CUDA events every forward: on GPU only on request.
-    want_timers = (not cuda) if ddp_timers is None else ddp_timers
-    stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare else None
-    optim, schedulers = build_optimizer(cfg, model)
-    loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
-                          seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
-    meet = Meet(dev, on=local) if (local or paired) and rank.world_size > 1 else None
-    return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
-                   buckets, buffers, stats, options=options, memory_baseline=memory_baseline,
-                   nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet,
-                   control=dist.new_group(backend="gloo"), delays=delays)
+from swinkit.workloads.paired_launch import schedule, sync_batch_norms
+from swinkit.workloads.rank_clocks import all_agree, clock_drift, clock_offsets
 
 
 def _step(run: RankRun, it: int) -> None:
@@ -205,7 +95,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         ddp_timers: sample DDP's own reducer timers for the cross-check (default: on CPU only,
             since on GPU the sampling synchronises inside the step).
         ddp_options: :class:`~swinkit.workloads.ddp_options.DDPOptions` fields.
-        local: communicate nothing (see :func:`_setup`); the component measurement.
+        local: communicate nothing (see :func:`~swinkit.workloads.ddp_setup.setup_rank`); the component measurement.
         comm_load: with ``local``, ``comm_load(run)`` returns a
             :class:`~swinkit.measure.contention.CommLoad`; after the measured iterations the
             loop runs a few more with it all-reducing beside them (``result["contention"]``).
@@ -217,9 +107,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         raise ValueError("local and paired exclude each other")
     injection = Injection(**(inject or {}))
     options = DDPOptions.from_dict(ddp_options)
-    run = _setup(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
+    run = setup_rank(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
                  ddp_timers, options, local, paired)
-    clocks = _clock_offsets(rank, run.control)
+    clocks = clock_offsets(rank, run.control)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
     order = schedule(warmup, iters, options.grad_accum, paired)
@@ -267,7 +157,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             _beside_comm_load(run, rank, load, first=len(order))
         run.timeline.enabled and run.timeline.end()
     profiler and profiler.stop()
-    clocks = _clock_drift(rank, run.control, clocks)
+    clocks = clock_drift(rank, run.control, clocks)
     GATE.iteration = None
     # once, after the run: reading a CUDA delay's events waits for them
     measured = {name: delay.take_measured() for name, delay in run.delays.items()}
@@ -309,51 +199,10 @@ def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20)
         _step(run, it)
         it += 1
         enough = not load.is_alive() or (it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2)
-        if _all_agree(enough or it - first >= max_iters, run.control):
+        if all_agree(enough or it - first >= max_iters, run.control):
             break
     load.finish()
     load.join_or_raise(timeout_s=600)
-
-
-def _all_agree(stop: bool, group) -> bool:
-    """Whether any rank wants to stop (a MAX all-reduce over the gloo ``group``): every rank
-    then runs the same number of iterations, so no collective of one is left without a partner
-    (SyncBN's on GPU presets, the load's)."""
-    flag = torch.tensor([1 if stop else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    return bool(flag.item())
-
-
-def _clock_offsets(rank, group=None) -> dict:
-    """This rank's clock against rank 0's, before the run: measured always, applied only across
-    hosts (one host's processes share CLOCK_MONOTONIC; the measurement is then a check of the
-    method). ``group``: gloo, since host clocks ping-pong on the CPU whatever the backend."""
-    hosts = [None] * rank.world_size
-    dist.all_gather_object(hosts, socket.gethostname())
-    group = dist.new_group(backend="gloo") if group is None else group
-    before = time.perf_counter()
-    est = estimate_clock_offsets(rank.rank, rank.world_size, group)
-    same_host = len(set(hosts)) == 1
-    applied = 0.0 if same_host else est["offset_s"][rank.rank]
-    return {"hosts": hosts, "same_host": same_host, "applied_offset_s": applied,
-            "estimated_offset_s": est["offset_s"][rank.rank], "error_s": est["error_s"][rank.rank],
-            "at_s": before}
-
-
-def _clock_drift(rank, group, clocks: dict) -> dict:
-    """The offsets again after the run: across hosts they are applied as a straight line from
-    the first estimate to this one (host clocks drift apart by parts per million, ms over a
-    long run), and the drift is reported. Also the GPU event-to-host mapping's own error."""
-    after = time.perf_counter()
-    est = estimate_clock_offsets(rank.rank, rank.world_size, group)
-    offset_after = est["offset_s"][rank.rank]
-    span = max(after - clocks["at_s"], 1e-9)
-    mapping = OffsetLine(clocks["at_s"], clocks["estimated_offset_s"], after, offset_after)
-    applied = mapping if not clocks["same_host"] else OffsetLine.none()
-    return {**clocks, "estimated_offset_after_s": offset_after, "at_after_s": after,
-            "drift_ppm": (offset_after - clocks["estimated_offset_s"]) / span * 1e6,
-            "error_s": max(clocks["error_s"], est["error_s"][rank.rank]),
-            "applied": applied}
 
 
 def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict, cpu: dict,

@@ -19,7 +19,7 @@ from swinkit.checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.phases import PHASES
 from swinkit.workloads.ddp_options import DDPOptions
-from swinkit.workloads.inject import Injection
+from swinkit.injection import Injection
 
 ENTRY = "swinkit.workloads.ddp:ddp_rank"
 COMPONENT_ENTRY = "swinkit.workloads.components:component_rank"  # for ``local`` specs

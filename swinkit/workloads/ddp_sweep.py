@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from swinkit.dist import LaunchConfig
 from swinkit.workloads.ddp_run import DDPRunSpec, environment, run_ddp
-from swinkit.workloads.inject import Injection
+from swinkit.injection import Injection
 from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
                                      plan_world_sizes)
 

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.measure import ddp_hooks
+from swinkit.measure.sync_bn import is_sync_batch_norm
 from swinkit.workloads.ddp_options import DDPOptions
 
 
@@ -83,7 +84,7 @@ class Switch:
 
 def sync_batch_norms(model) -> list:
     """The model's SyncBatchNorm modules (torch's, and its CPU stand-in)."""
-    return [m for m in model.modules() if ddp_hooks.is_sync_batch_norm(m)]
+    return [m for m in model.modules() if is_sync_batch_norm(m)]
 
 
 def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:

@@ -54,7 +54,7 @@ def clock_offset_check(rank, skew_s: float = 0.0, skewed_rank: int = 1) -> dict:
     The ping-pong sends CPU tensors, so it runs on its own gloo group: on an NCCL world the
     default group cannot carry them.
     """
-    from swinkit.measure.timeline import estimate_clock_offsets
+    from swinkit.measure.clocks import estimate_clock_offsets
 
     def now():
         return time.perf_counter() + (skew_s if rank.rank == skewed_rank else 0.0)

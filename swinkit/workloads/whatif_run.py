@@ -27,7 +27,7 @@ from swinkit.dist import LaunchConfig
 from swinkit.files import write_json_atomic
 from swinkit.workloads.components import predict_from, predict_run
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
-from swinkit.workloads.inject import Injection
+from swinkit.injection import Injection
 from swinkit.workloads.remedies import Remedy
 from swinkit.workloads.sweep import oversubscribe_allowed
 

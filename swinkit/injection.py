@@ -1,0 +1,116 @@
+"""The injection spec: known costs to inject, parsed once, with no torch or MMCV to import
+(the supervisor validates and formats it before any rank starts; :mod:`swinkit.workloads.inject`
+puts it into a rank).
+
+Spec (CLI ``--inject``): comma-separated ``data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,ranks=R1+R2``.
+Each behaves like the real thing it stands for, on CPU and GPU alike:
+
+* ``data_ms``: every loaded sample takes F ms longer, inside the MMSeg pipeline (in the loader
+  workers when there are any): a slow disk or decoder. A sleep is right here: I/O frees the core.
+* ``compute_ms``: every forward pass occupies the compute device for F ms more (a forward
+  pre-hook on the backbone: on CPU a spin until F ms of wall time have passed, never yielding
+  the core; on GPU a sleep kernel of F ms on the current stream). A host sleep would free the
+  core for the loader and gloo's threads, so slower compute would cost less than its F ms.
+* ``comm_ms``: every gradient bucket's all-reduce starts F ms after the bucket is ready, for
+  every rank of the collective (link latency). The delay runs off the autograd thread: on CPU a
+  FIFO launcher thread per rank keeps the collectives in order; on GPU a sleep kernel on a side
+  stream per bucket (made once, high priority: never a communicator's) that the collective
+  waits for. With ``ranks``, only those ranks launch late, and everyone else waits for them in
+  the collective.
+* ``comm_scale``: every bucket's collective moves K times its bytes (the bucket plus (K-1) x
+  its size of zeros, in one all-reduce): a link K times slower. The added time is what the
+  isolated all-reduce benchmark measures for the extra bytes. A collective runs at the pace of
+  its slowest link, so with ``ranks`` every rank's collective still grows: the cost is transfer
+  for all, and no rank arrives late (a timeline cannot name a slow link's rank; the isolated
+  all-reduce benchmark per world size is where a slow link shows).
+* ``ranks``: only these ranks get the injection (a straggler); default all ranks. A sweep over
+  world sizes applies a one-rank injection only where that rank exists.
+* ``every``: inject on every N-th iteration only (default 1: all). With ``every=2`` one run
+  holds injected and clean iterations side by side, so the added cost is read from pairs of
+  neighbouring iterations and slow drifts of a busy machine cancel (the run's ``paired``
+  figures). ``data_ms`` with ``every`` needs loader workers 0: workers load ahead, out of step.
+
+Off by default and nothing is inserted unless a value is positive (``comm_scale`` above 1).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+DELAY_FIELDS = ("data_ms", "compute_ms", "comm_ms")
+
+
+@dataclass(frozen=True)
+class Injection:
+    data_ms: float = 0.0
+    compute_ms: float = 0.0
+    comm_ms: float = 0.0
+    comm_scale: float = 1.0
+    ranks: tuple[int, ...] | None = None   # None = every rank
+    every: int = 1                         # inject on iterations it % every == 0
+
+    def on_iteration(self, it: int) -> bool:
+        return it % self.every == 0
+
+    def applies_to(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f) > 0 for f in DELAY_FIELDS) or self.comm_scale > 1
+
+    def for_world_size(self, world_size: int) -> "Injection":
+        """This injection where its ranks exist at ``world_size``; a one-rank injection whose
+        ranks all lie beyond it becomes no injection (the world-size-1 baseline of a sweep)."""
+        if self.ranks is None:
+            return self
+        kept = tuple(r for r in self.ranks if r < world_size)
+        return Injection(ranks=kept) if not kept else Injection(**{**asdict(self), "ranks": kept})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        parts = [f"{f}={getattr(self, f):g}" for f in DELAY_FIELDS if getattr(self, f) > 0]
+        if self.comm_scale > 1:
+            parts.append(f"comm_scale={self.comm_scale:g}")
+        if parts and self.ranks is not None:
+            parts.append("ranks=" + "+".join(map(str, self.ranks)))
+        if parts and self.every > 1:
+            parts.append(f"every={self.every}")
+        return ",".join(parts) or "none"
+
+
+def parse_injection(spec: str | None) -> Injection:
+    """Parse ``data_ms=5,comm_ms=2,ranks=1`` (ranks joined by '+'); ValueError names the field."""
+    if not spec:
+        return Injection()
+    values: dict = {}
+    for item in spec.split(","):
+        key, sep, raw = item.strip().partition("=")
+        if not sep:
+            raise ValueError(f"--inject entries look like key=value, got {item!r}")
+        if key in DELAY_FIELDS + ("comm_scale",):
+            values[key] = _number(key, raw, minimum=1.0 if key == "comm_scale" else 0.0)
+        elif key == "every":
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"--inject every must be an integer >= 1, got {raw!r}")
+            values["every"] = int(raw)
+        elif key == "ranks":
+            parts = raw.replace(";", "+").split("+")
+            if not all(p.strip().isdigit() for p in parts):
+                raise ValueError(f"--inject ranks must be rank numbers joined by '+', got {raw!r}")
+            values["ranks"] = tuple(sorted({int(p) for p in parts}))
+        else:
+            raise ValueError(f"--inject has no field {key!r} "
+                             "(use data_ms, compute_ms, comm_ms, comm_scale, ranks, every)")
+    return Injection(**values)
+
+
+def _number(key: str, raw: str, minimum: float) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"--inject {key} must be a number, got {raw!r}") from None
+    if not value >= minimum:
+        raise ValueError(f"--inject {key} must be >= {minimum:g}, got {raw!r}")
+    return value
