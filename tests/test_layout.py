@@ -89,3 +89,32 @@ def test_no_module_is_longer_than_a_reader_can_hold():
     long = {module_name(p): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert set(long) <= KNOWN_LONG, {m: n for m, n in long.items() if m not in KNOWN_LONG}
+
+
+TOC_LINE = re.compile(r"^ {4}([\w.]+\.py|[\w]+/)\s")
+
+
+def table_of_contents(init: Path) -> set[str]:
+    """The modules and subpackages a package docstring lists, one per indented line."""
+    doc = ast.get_docstring(ast.parse(init.read_text()), clean=False) or ""
+    return {m.group(1).rstrip("/") for line in doc.splitlines() if (m := TOC_LINE.match(line))}
+
+
+def folder_contents(package: Path) -> set[str]:
+    modules = {p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    packages = {p.name for p in package.iterdir() if (p / "__init__.py").exists()}
+    return modules | packages
+
+
+PACKAGES = sorted(p.parent for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE)
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_package_lists_what_its_folder_holds(package):
+    assert table_of_contents(package / "__init__.py") == folder_contents(package)
+
+
+def test_table_of_contents_reads_indented_module_lines(tmp_path):
+    init = tmp_path / "__init__.py"
+    init.write_text('"""Doc.\n\n    a.py    one\n    sub/    two\n  b.py not indented enough\n"""\n')
+    assert table_of_contents(init) == {"a.py", "sub"}

@@ -7,10 +7,9 @@
     collectives.py     every collective of an engine's comm backend on the rank's timeline
     deepspeed_rank.py  the DeepSpeed (ZeRO 0/1/2) rank loop: same phases, DeepSpeed's timers
                        and comms logger beside them
-    dp.py              torch.nn.DataParallel (one process, N GPUs): batch split, loss gather,
-                       copy bytes, the loop
+    dp.py              torch.nn.DataParallel (one process, N GPUs): the loop
+    dp_parts.py        DataParallel's pure parts: batch split, loss gather, copy bytes
     dp_vanilla.py      the same from torch.nn.parallel primitives, each one timed
-    memory.py          peak memory per rank and the model-state bytes ZeRO shards
     compare.py         engines side by side: one table, one figure
     cli.py             ``swinkit ddp --engine NAME`` (the default engine keeps DDP's own path)
 
