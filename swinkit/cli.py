@@ -79,7 +79,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
     p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
     p.add_argument("--inject", help="known costs: data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,"
-                                    "ranks=1+2 (see README, 'Injecting known costs')")
+                                    "ranks=1+2 (see docs/blame.md, 'Injecting known costs')")
     p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
     p.add_argument("--trace", help="write torch.profiler traces here, one file per rank, and the "
                                    "ranks' timeline beside them (swinkit-timeline.json)")
@@ -98,7 +98,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="no instrumentation, iteration time only (to measure its cost)")
     p.add_argument("--engine", default="ddp",
                    help="ddp (default), deepspeed, dp, dp-vanilla, or all (every engine at world "
-                        "size 1 and --world-size, one table; README 'Engines')")
+                        "size 1 and --world-size, one table; docs/engines.md)")
     p.add_argument("--zero", type=int, help="DeepSpeed ZeRO stage 0, 1 or 2 (default 1)")
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step (default 1)")

@@ -1,4 +1,4 @@
-"""The reliability fault matrix (README, "When something goes wrong"), one or more named tests per row.
+"""The reliability fault matrix (docs/troubleshooting.md), one or more named tests per row.
 
 Row -> tests (module::test):
   1  killed rank             test_dist::test_killed_rank_is_named_with_its_signal

@@ -16,7 +16,7 @@ notices ranks that exit, not ranks that hang (and then blames the survivor); kil
 only way to stop everything — agent, ranks, their loader workers — on every exit path.
 
 Multi-node runs start the same entry point on every node (``--nnodes``, ``--node-rank``,
-``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see README); which
+``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see docs/gpu-and-slurm.md); which
 address and interface they talk on is :mod:`swinkit.dist.network`'s.
 """
 from __future__ import annotations
