@@ -8,7 +8,7 @@ def _f(value, fmt="{:.4f}", none="-"):
     return none if value is None else fmt.format(value)
 
 
-def _of_what(runs: list[dict]) -> str:
+def of_what(runs: list[dict]) -> str:
     """What the accuracy was computed on (analysis.analyse: per launch where launches were
     paired and repeated, else on the medians)."""
     if any(row.get("prediction_source") == "paired"
@@ -55,7 +55,7 @@ def text_report(r: dict) -> str:
         lines += ["", f"prediction from components ({'; '.join(where.get(s, s) for s in sorted(sources))}): "
                       f"{r['prediction_accuracy_pct']:.1f} % "
                       f"accurate on average ({per_ws}; accuracy = 100 % x (1 - |predicted - "
-                      f"measured| / measured), {_of_what(r['runs'])}; Kahira et al.'s oracle: "
+                      f"measured| / measured), {of_what(r['runs'])}; Kahira et al.'s oracle: "
                       "97.57 % for data parallelism)"]
         spread = [f"N={row['world_size']}: {100 * min(map(abs, row['launch_prediction_error'])):.1f}"
                   f"-{100 * max(map(abs, row['launch_prediction_error'])):.1f} %"
