@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv
-STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py | sha256sum | cut -c1-16)
+STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py tools/env_spec.py | sha256sum | cut -c1-16)
 STAMP="$VENV/.swinkit-setup-$STAMP_KEY"
 
 step() { echo "[setup] step $1/5: $2"; CURRENT="$1 ($2)"; }
@@ -48,25 +48,33 @@ step 2 "torch 2.13.0 and build tools"
 plan=$("$VENV/bin/python" tools/setup_plan.py torch-requirement)
 read -r -a TORCH_REQ <<< "$plan"
 [ ${#TORCH_REQ[@]} -gt 0 ] || echo "[setup]   torch already installed and supported: kept"
-"${PIP[@]}" install -q "${TORCH_REQ[@]}" "setuptools>=61,<81" wheel ninja numpy "mmengine==0.10.7"
+# what each step installs is tools/env_spec.py's list, which asv's history mode installs too
+plan=$("$VENV/bin/python" tools/env_spec.py step build)
+{ read -r -a BUILD_ENV; read -r -a BUILD_ARGS; } <<< "$plan"
+env "${BUILD_ENV[@]}" "${PIP[@]}" install -q "${TORCH_REQ[@]}" "${BUILD_ARGS[@]}"
 
 step 3 "mmcv 2.1.0 with ops (from source once; cached wheel afterwards)"
 if ! "$VENV/bin/python" -c "import mmcv.ops" 2>/dev/null; then
-    plan=$("$VENV/bin/python" tools/setup_plan.py mmcv-env)
-    read -r -a MMCV_ENV <<< "$plan"
+    plan=$("$VENV/bin/python" tools/env_spec.py step mmcv)   # env: tools/setup_plan.py mmcv-env
+    { read -r -a MMCV_ENV; read -r -a MMCV_ARGS; } <<< "$plan"
     echo "[setup]   building mmcv: about 15 minutes on 2 cores the first time (env ${MMCV_ENV[*]})"
-    env "${MMCV_ENV[@]}" "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
+    env "${MMCV_ENV[@]}" "${PIP[@]}" install "${MMCV_ARGS[@]}"
 fi
 
 step 4 "swinkit (editable) with test extras"
-"${PIP[@]}" install -q --no-build-isolation -e ".[test]"
+plan=$("$VENV/bin/python" tools/env_spec.py step project)
+{ read -r -a PROJECT_ENV; read -r -a PROJECT_ARGS; } <<< "$plan"
+env "${PROJECT_ENV[@]}" "${PIP[@]}" install -q "${PROJECT_ARGS[@]}"
 "$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models"
 
 step 5 "DeepSpeed 0.19.8 (ops build on demand: DS_BUILD_OPS=0)"
 if ! "$VENV/bin/python" -c "import deepspeed" 2>/dev/null; then
-    echo "torch==2.13.0" > "$VENV/torch-pin.txt"
-    "${PIP[@]}" install -q -c "$VENV/torch-pin.txt" einops hjson msgpack py-cpuinfo "pydantic>=2" tqdm
-    DS_BUILD_OPS=0 "${PIP[@]}" install -q --no-deps --no-build-isolation "deepspeed==0.19.8"
+    plan=$("$VENV/bin/python" tools/env_spec.py step deepspeed-deps)   # with the torch pin
+    { read -r -a DEPS_ENV; read -r -a DEPS_ARGS; } <<< "$plan"
+    env "${DEPS_ENV[@]}" "${PIP[@]}" install -q "${DEPS_ARGS[@]}"
+    plan=$("$VENV/bin/python" tools/env_spec.py step deepspeed)   # DS_BUILD_OPS=0, --no-deps
+    { read -r -a DS_ENV; read -r -a DS_ARGS; } <<< "$plan"
+    env "${DS_ENV[@]}" "${PIP[@]}" install -q "${DS_ARGS[@]}"
 fi
 "$VENV/bin/python" -c "import torch, deepspeed; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 rm -f "$VENV"/.swinkit-setup-*

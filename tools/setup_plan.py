@@ -5,7 +5,8 @@ Example (what the set-up would do here, in words)::
 
     python3.11 tools/setup_plan.py show
 
-``tools/setup.sh`` asks for one answer at a time, each printed on one line as the arguments the
+``tools/setup.sh`` asks for one answer at a time (mmcv-env through ``tools/env_spec.py``, the one
+list of what the environment installs), each printed on one line as the arguments the
 shell passes on:
 
     venv-flags         ``--system-site-packages`` when the base interpreter already has a
