@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swinkit.attribution.loss_split import COMPONENTS
+from swinkit.measure.phases import BLAME_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
@@ -27,13 +27,13 @@ def _write_results(folder: Path, commit: str, phases_by_ws: dict, date: int) -> 
     """A minimal asv results file holding the DDP benchmarks the attribution reads."""
     means = [sum(phases_by_ws[int(w)].values()) if int(w) in phases_by_ws else None for w in WS]
     phase_vals = [phases_by_ws[int(w)][c] if int(w) in phases_by_ws else None
-                  for w in WS for c in COMPONENTS]
+                  for w in WS for c in BLAME_KEYS]
     data = {"commit_hash": commit, "date": date, "env_name": "x", "version": 2,
             "result_columns": COLUMNS, "params": {}, "requirements": {}, "env_vars": {},
             "results": {
                 "bench_ddp.Iteration.track_iteration": _entry(means, [WS], q=True),
                 "bench_ddp.Blame.track_seconds": _entry(
-                    phase_vals, [WS, [f"'{c}'" for c in COMPONENTS]])}}
+                    phase_vals, [WS, [f"'{c}'" for c in BLAME_KEYS]])}}
     path = folder / f"{commit[:8]}-existing-py.json"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
@@ -167,8 +167,8 @@ def test_what_ifs_read_back_from_stored_asv_results(tmp_path):
     """bench_whatif's stored tracks become the report's what-if rows: error and efficiencies
     from the stored numbers (worked here by hand), the ranking per world size."""
     folder = tmp_path / "results" / "box"
-    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in COMPONENTS},
-                                            2: {c: 0.15 for c in COMPONENTS}}, date=1)
+    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in BLAME_KEYS},
+                                            2: {c: 0.15 for c in BLAME_KEYS}}, date=1)
     path = next(folder.glob("*.json"))
     data = json.loads(path.read_text())
     params = [["1", "2"], ["'baseline'", "'bf16_hook'"]]  # product: (1,b) (1,h) (2,b) (2,h)
@@ -194,7 +194,7 @@ def test_what_ifs_read_back_from_stored_asv_results(tmp_path):
 
 def test_what_ifs_without_stored_results_say_which_command_makes_them(tmp_path):
     folder = tmp_path / "results" / "box"
-    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in COMPONENTS}}, date=1)
+    _write_results(folder, "abcd1234" * 5, {1: {c: 0.1 for c in BLAME_KEYS}}, date=1)
     (folder / "machine.json").write_text("{}")
     proc = _attribute("--results", str(tmp_path / "results"), "--what-if", "default")
     assert proc.returncode == 3 and "bench_whatif" in proc.stderr

@@ -7,14 +7,15 @@ import pytest
 from swinkit.attribution import scaling
 from swinkit.attribution.analysis import analyse
 from swinkit.attribution.headroom import loader_headroom
-from swinkit.attribution.loss_split import COMPONENTS, Measured, scaling_rows, split_loss
+from swinkit.attribution.loss_split import Measured, scaling_rows, split_loss
+from swinkit.measure.phases import BLAME_KEYS
 from swinkit.attribution.inputs import Inputs
 from swinkit.attribution.prediction import Isolated, predict, prediction_error
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
 
 
 def _m(ws, **phases):
-    comps = {c: phases.get(c, 0.0) for c in COMPONENTS}
+    comps = {c: phases.get(c, 0.0) for c in BLAME_KEYS}
     return Measured(ws, sum(comps.values()), comps)
 
 
@@ -243,7 +244,7 @@ def _asv_result(tmp_path, model_presets, ddp_preset, paired: dict | None = None)
 
     def row(params, values):
         return [values, params, "v", 0, 0, None, None, values, values, None, None, None, None]
-    blame_keys = list(COMPONENTS)
+    blame_keys = list(BLAME_KEYS)
     model_combos = [(p, b, s, o) for p in model_presets for b in ("per_rank",)
                     for s in ("segmentor",) for o in ("forward", "forward_backward", "optimizer")]
     results = {
@@ -284,8 +285,8 @@ def test_paired_launches_hold_each_prediction_to_its_own_run():
     # Two launches at N=2: 1.0 s and 1.2 s measured, predicted 1.01 and 1.19 from their own
     # components: errors +1 % and -0.83 %. Crossing them (each launch's run against the one
     # prediction reported, 1.01 or 1.19) would give +1 % and -15.8 %, a tenfold wider range.
-    base = Measured(1, 1.0, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.0])
-    run = Measured(2, 1.1, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.2])
+    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0])
+    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2])
     preds = {ws: {"predicted_iter_s": p, "components_s": {},
                   "launch_predicted_iter_s": launches}
              for ws, p, launches in ((1, 1.0, [1.0, 1.0]), (2, 1.01, [1.01, 1.19]))}
@@ -305,8 +306,8 @@ def test_the_headline_error_is_the_typical_launchs_own_not_the_medians_crossed()
     says -8.2 %, pairing the first launch's prediction with the third's run; the median of
     the signed errors says -0.83 %; the launch of median error size says +1 %, which the
     report gives (accuracy 99 %), keeping the medians' figure beside it."""
-    base = Measured(1, 1.0, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.0, 1.0])
-    run = Measured(2, 1.1, {c: 0.0 for c in COMPONENTS}, launch_iter_s=[1.0, 1.2, 1.1])
+    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0, 1.0])
+    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2, 1.1])
     preds = {1: {"predicted_iter_s": 1.0, "components_s": {},
                  "launch_predicted_iter_s": [1.0, 1.0, 1.0]},
              2: {"predicted_iter_s": 1.01, "components_s": {},
@@ -369,9 +370,9 @@ def test_strong_scaling_compares_with_one_rank_doing_all_the_work():
     scaling by its textbook definitions: S = T1 / T2 = 1.667, E = S / N = 0.833, and the lost
     time is 0.6 - 1.0 / 2 = 0.1 s. (Weak-scaling formulas on the same times would say
     S = 3.33 and E = 1.67, a gain.)"""
-    one = Measured(1, 1.0, {c: 1.0 / len(COMPONENTS) for c in COMPONENTS},
+    one = Measured(1, 1.0, {c: 1.0 / len(BLAME_KEYS) for c in BLAME_KEYS},
                    extra={"images_per_rank": 4})
-    two = Measured(2, 0.6, {c: 0.6 / len(COMPONENTS) for c in COMPONENTS},
+    two = Measured(2, 0.6, {c: 0.6 / len(BLAME_KEYS) for c in BLAME_KEYS},
                    extra={"images_per_rank": 2})
     row = scaling_rows({1: one, 2: two})[1]
     assert row["speedup"] == pytest.approx(1.0 / 0.6)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swinkit.attribution import asv_names as names
-from swinkit.attribution.loss_split import COMPONENTS, Measured
+from swinkit.attribution.loss_split import Measured
+from swinkit.measure.phases import BLAME_KEYS
 from swinkit.attribution.prediction import Isolated
 
 
@@ -125,14 +126,14 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
     stragglers = _table(data, names.DDP_STRAGGLER_RANK)
     measured = {}
     for (ws,), it in _table(data, names.DDP_ITERATION).items():
-        comps = {c: blame[(ws, c)]["value"] for c in COMPONENTS if (ws, c) in blame}
-        if len(comps) != len(COMPONENTS):
+        comps = {c: blame[(ws, c)]["value"] for c in BLAME_KEYS if (ws, c) in blame}
+        if len(comps) != len(BLAME_KEYS):
             continue
         iqr = ((it["q75"] - it["q25"]) / it["value"]
                if it.get("q75") is not None and it.get("value") else None)
         rank = stragglers.get((ws,), {}).get("value")
         straggler = {"rank": None if rank is None else int(rank),
-                     "by_phase": {c: caused[(ws, c)]["value"] for c in COMPONENTS
+                     "by_phase": {c: caused[(ws, c)]["value"] for c in BLAME_KEYS
                                   if (ws, c) in caused and caused[(ws, c)]["value"] > 0}}
         measured[int(ws)] = Measured(int(ws), it["value"], comps, iqr,
                                      len(it["samples"]) if it.get("samples") else None,

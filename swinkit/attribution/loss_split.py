@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from swinkit.attribution import scaling
 from swinkit.measure.phases import BLAME_KEYS
 
-COMPONENTS = BLAME_KEYS
 IQR_PER_SIGMA = 1.349  # the IQR of a normal distribution in standard deviations
 RESOLUTION_S = 1e-6    # changes below a microsecond are float and clock rounding, not causes
 
@@ -65,7 +64,7 @@ class Measured:
     @property
     def residual_s(self) -> float:
         """Median iteration minus the sum of the component medians (not 0 by construction)."""
-        return self.iter_s - sum(self.components_s.get(c, 0.0) for c in COMPONENTS)
+        return self.iter_s - sum(self.components_s.get(c, 0.0) for c in BLAME_KEYS)
 
 
 def lost_spread(reference: Measured, run: Measured) -> tuple[float | None, str]:
@@ -140,7 +139,7 @@ def split_loss(reference: Measured, run: Measured) -> dict:
     """
     lost = run.iter_s - reference.iter_s
     growth = {c: run.components_s.get(c, 0.0) - reference.components_s.get(c, 0.0)
-              for c in COMPONENTS}
+              for c in BLAME_KEYS}
     residual = lost - sum(growth.values())
     spread, spread_from = lost_spread(reference, run)
     floor = None if spread is None else 2 * spread

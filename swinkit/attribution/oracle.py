@@ -1,4 +1,5 @@
-"""Predict the DDP iteration from its components, as the ranks would interleave them.
+"""The iteration replayed rank by rank from components measured in the run's own launch, as
+DDP would interleave them (the report prefers this to :mod:`~swinkit.attribution.prediction`).
 
 The components come from :mod:`swinkit.workloads.components`: each rank's training loop with
 nothing communicated (phases, and when each gradient bucket became ready), and the collectives
@@ -38,9 +39,9 @@ from __future__ import annotations
 import statistics
 
 from swinkit.attribution.overlap import overlap_backward
+from swinkit.measure.phases import PHASES
 
 STEPS = 6  # replayed optimizer steps; the period is read from the last two (steady state)
-LOCAL_PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
 
 
 def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dict:
@@ -98,7 +99,7 @@ def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dic
     step = statistics.median(periods[1:] if len(periods) > 1 else periods)
     local = {name: statistics.median(statistics.fmean(r["positions"][p]["phases_s"][name]
                                                       for p in range(k)) for r in ranks)
-             for name in LOCAL_PHASES}
+             for name in PHASES}
     per_batch = step / k
     return {"predicted_iter_s": per_batch, "predicted_step_s": step,
             "components_s": {**local, "sync_s": per_batch - sum(local.values())}}

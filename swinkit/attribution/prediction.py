@@ -1,4 +1,5 @@
-"""Predict the DDP iteration time from the isolated component benchmarks alone (an oracle in
+"""The iteration read off the isolated benchmarks' stored results alone, one process per
+component, no launch of its own: a sum of parts with a simple overlap rule (an oracle in
 the sense of Kahira et al., "An Oracle for Guiding Large-Scale Model/Hybrid Parallel Training
 of Convolutional Neural Networks", HPDC 2021).
 

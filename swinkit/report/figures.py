@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from swinkit.measure.phases import BLAME_KEYS as COMPONENTS
+from swinkit.measure.phases import BLAME_KEYS
 
 
 def figures(r: dict) -> dict[str, bytes]:
@@ -18,7 +18,7 @@ def figures(r: dict) -> dict[str, bytes]:
     ws = [row["world_size"] for row in runs]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     bottom = [0.0] * len(runs)
-    for comp in COMPONENTS:
+    for comp in BLAME_KEYS:
         vals = [row["components_s"][comp] for row in runs]
         ax.bar([str(w) for w in ws], vals, bottom=bottom, label=comp)
         bottom = [b + v for b, v in zip(bottom, vals)]
@@ -42,7 +42,7 @@ def figures(r: dict) -> dict[str, bytes]:
 
     if r["loss_shares"]:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        keys = list(COMPONENTS) + ["residual"]
+        keys = list(BLAME_KEYS) + ["residual"]
         left = [0.0] * len(r["loss_shares"])
         labels = [f"N={k}" for k in r["loss_shares"]]
         for key in keys:

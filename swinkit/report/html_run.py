@@ -7,7 +7,7 @@ report prints) and, where it has a figure, the figures' PNG bytes by file name; 
 """
 from __future__ import annotations
 
-from swinkit.measure.phases import BLAME_KEYS as COMPONENTS, BLAME_MEANING
+from swinkit.measure.phases import BLAME_KEYS, BLAME_MEANING
 from swinkit.report.html import bullets, esc, figure, glossary, num, pair, para, table
 from swinkit.report.text import of_what  # one wording of what accuracy was on
 
@@ -102,7 +102,7 @@ def _efficiency_curves(r: dict) -> str:
 def blame(r: dict, pngs: dict) -> str:
     """Seconds per iteration by cause (one column per world size), beside the stacked bars."""
     runs = r["runs"]
-    rows = [[c] + [num(row["components_s"].get(c, 0.0)) for row in runs] for c in COMPONENTS]
+    rows = [[c] + [num(row["components_s"].get(c, 0.0)) for row in runs] for c in BLAME_KEYS]
     rows += [["residual"] + [num(row.get("residual_s", 0.0), "{:+.4f}") for row in runs],
              ["iteration"] + [num(row["iter_s"]) for row in runs]]
     numbers = table(["cause", *(f"N={row['world_size']}" for row in runs)], rows,
@@ -142,7 +142,7 @@ def _split(shares: dict) -> str:
     """% of the grown time by cause, one column per world size (the loss figure's bars)."""
     if not shares:
         return ""
-    keys = list(COMPONENTS) + ["residual"]
+    keys = list(BLAME_KEYS) + ["residual"]
     rows = [[k] + [num(v.get(k, 0.0), "{:.1f}") for v in shares.values()] for k in keys]
     return table(["cause", *(f"N={ws}" for ws in shares)], rows,
                  caption="% of the time that grew, by cause")
@@ -153,7 +153,7 @@ def straggler(r: dict) -> str:
     runs = [row for row in r["runs"] if (row.get("straggler") or {}).get("rank") is not None]
     if not runs:
         return ""
-    phases = [c for c in COMPONENTS
+    phases = [c for c in BLAME_KEYS
               if any(c in (row["straggler"].get("by_phase") or {}) for row in runs)]
     rows = []
     for row in runs:

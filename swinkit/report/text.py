@@ -1,7 +1,7 @@
 """The attribution report as terminal text."""
 from __future__ import annotations
 
-from swinkit.measure.phases import BLAME_KEYS as COMPONENTS
+from swinkit.measure.phases import BLAME_KEYS
 
 
 def _f(value, fmt="{:.4f}", none="-"):
@@ -40,10 +40,10 @@ def text_report(r: dict) -> str:
                         if row.get("efficiency_interval") else "")
                      + ("  unstable" if row["unstable"] else ""))
     lines += ["", "blame (s per iteration, medians; residual = median iteration - their sum):",
-              "  " + " " * 8 + "".join(f"{c:>14}" for c in COMPONENTS) + f"{'residual':>10}"]
+              "  " + " " * 8 + "".join(f"{c:>14}" for c in BLAME_KEYS) + f"{'residual':>10}"]
     for row in r["runs"]:
         lines.append(f"  N={row['world_size']:<6}" + "".join(
-            f"{row['components_s'].get(c, 0.0):>14.4f}" for c in COMPONENTS)
+            f"{row['components_s'].get(c, 0.0):>14.4f}" for c in BLAME_KEYS)
             + f"{row.get('residual_s', 0.0):>+10.4f}")
     lines += _verdicts(r)
     if r.get("prediction_accuracy_pct") is not None:

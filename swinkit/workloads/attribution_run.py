@@ -9,11 +9,12 @@ import statistics
 
 from swinkit.attribution.blame import straggler
 from swinkit.attribution.inputs import Inputs
-from swinkit.attribution.loss_split import COMPONENTS, Measured
+from swinkit.attribution.loss_split import Measured
+from swinkit.measure.phases import BLAME_KEYS
 from swinkit.attribution.prediction import Isolated
 from swinkit.checks import check_int
 from swinkit.config import load_config
-from swinkit.dist import LaunchConfig, launch
+from swinkit.launch import LaunchConfig, launch
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 from swinkit.workloads.components import predict_from
 from swinkit.injection import Injection
@@ -121,7 +122,7 @@ def _measured(world_size: int, runs: list[dict]) -> Measured:
                 caused[int(rank)][phase] += seconds / len(runs)
     stats = runs[0]["iteration_stats"]["0"]
     return Measured(world_size, med(r["iter_s"] for r in runs),
-                    {c: med(r["blame_s"][c] for r in runs) for c in COMPONENTS},
+                    {c: med(r["blame_s"][c] for r in runs) for c in BLAME_KEYS},
                     stats["iqr_ratio"], stats["n"], launch_iter_s=[r["iter_s"] for r in runs],
                     launch_iqr_ratio=[r["iteration_stats"]["0"]["iqr_ratio"] for r in runs],
                     extra={"straggler": straggler(caused), "skew_s": runs[0]["skew_s"],
