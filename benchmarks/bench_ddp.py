@@ -19,8 +19,9 @@ BLAME_KEYS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "
               "unattributed")
 # swinkit.workloads.attribution_run.SCALING, written out like the keys above
 SCALINGS = ("weak", "strong")
-# swinkit.attribution.oracle.LOCAL_PHASES and the synchronisation on top of them: the parts of
-# the predicted iteration (its components_s), written out like the keys above
+# swinkit.measure.phases.PHASES (the oracle's local phases) and the synchronisation on top
+# of them: the parts of the predicted iteration (its components_s), written out like the keys
+# above
 PREDICTED_PARTS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other",
                    "sync_s")
 

@@ -100,8 +100,8 @@ def test_written_out_params_equal_swinkits():
     assert bench_ddp.Phase.params[1] == list(phases.PHASES)
     from swinkit.workloads.attribution_run import SCALING
     assert bench_ddp.SCALINGS == SCALING and bench_ddp.Scaling.params[1] == list(SCALING)
-    from swinkit.attribution.oracle import LOCAL_PHASES
-    assert bench_ddp.PREDICTED_PARTS == LOCAL_PHASES + ("sync_s",)
+    from swinkit.measure.phases import PHASES
+    assert bench_ddp.PREDICTED_PARTS == PHASES + ("sync_s",)
     assert bench_ddp.PredictedPart.params[1] == list(bench_ddp.PREDICTED_PARTS)
     assert bench_model.SCOPES == forward_backward.SCOPES
     assert bench_model.OPS == forward_backward.OPS

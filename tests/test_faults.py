@@ -46,7 +46,7 @@ from conftest import asv_result_values
 
 from swinkit.data.errors import CorruptSampleError
 from swinkit.data.loader import LoaderError, batches, build_dataset, build_loader
-from swinkit.dist import LaunchConfig, LaunchError, launch
+from swinkit.launch import LaunchConfig, LaunchError, launch
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,9 +217,10 @@ def test_spread_flags_unstable_and_too_few():
 
 def test_attribution_flags_unstable_runs():
     from swinkit.attribution.analysis import analyse
-    from swinkit.attribution.loss_split import COMPONENTS, Measured
+    from swinkit.attribution.loss_split import Measured
+    from swinkit.measure.phases import BLAME_KEYS
     from swinkit.attribution.inputs import Inputs
-    comps = {c: 0.1 for c in COMPONENTS}
+    comps = {c: 0.1 for c in BLAME_KEYS}
     r = analyse(Inputs({1: Measured(1, 0.6, comps, iter_iqr_ratio=0.25, samples=5),
                         2: Measured(2, 0.7, dict(comps, exposed_comm=0.2), 0.02, 10)}))
     assert any("unstable" in n and "[1]" in n for n in r["notes"])

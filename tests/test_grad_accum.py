@@ -92,11 +92,11 @@ def _entry(values, params):
 def _results_file(tmp_path, grad_accum: bool) -> Path:
     """A results folder with the DDP benchmarks the report needs at world sizes 1 and 2 and,
     if asked, bench_engines.GradAccum at world sizes 1 and 2 (4 and 8 skipped: None)."""
-    from swinkit.attribution.loss_split import COMPONENTS
-    blame = [0.1 if w in ("1", "2") else None for w in WS for _ in COMPONENTS]
+    from swinkit.measure.phases import BLAME_KEYS
+    blame = [0.1 if w in ("1", "2") else None for w in WS for _ in BLAME_KEYS]
     results = {
         "bench_ddp.Iteration.track_iteration": _entry([0.7, 0.7, None, None], [WS]),
-        "bench_ddp.Blame.track_seconds": _entry(blame, [WS, [f"'{c}'" for c in COMPONENTS]])}
+        "bench_ddp.Blame.track_seconds": _entry(blame, [WS, [f"'{c}'" for c in BLAME_KEYS]])}
     if grad_accum:
         def by_ws_k(one, two):   # product order: (1,1) (1,2) (1,4) (2,1) ... (8,4)
             return _entry(list(one) + list(two) + [None] * 6, [WS, STEPS])
