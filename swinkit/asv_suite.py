@@ -20,7 +20,7 @@ from swinkit.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds asv's processes get after SIGTERM before SIGKILL: enough for a benchmark's launch to
-# stop its ranks (swinkit.dist.launch waits up to twice its own 5 s grace).
+# stop its ranks (swinkit.launch.supervisor waits up to twice its own 5 s grace).
 ASV_STOP_GRACE_S = 15.0
 
 
@@ -34,7 +34,7 @@ def _asv(*args: str, check: bool = True) -> int:
     """Run asv; its exit code. asv runs in a session of its own, stopped with everything it
     started (its fork server, the benchmark processes and their launches) on every way out
     of here: Ctrl-C, SIGTERM (``timeout``, a scheduler) or an error."""
-    from swinkit.dist.launch import run_in_session
+    from swinkit.launch.supervisor import run_in_session
 
     cmd = [sys.executable, "-m", "asv", "--config", str(ROOT / "asv.conf.json"), *args]
     print("$ asv " + " ".join(args), flush=True)

@@ -40,7 +40,7 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 def run_spec(args):
     """The :class:`~swinkit.workloads.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
-    from swinkit.dist import LaunchConfig
+    from swinkit.launch import LaunchConfig
     from swinkit.workloads.ddp_run import DDPRunSpec
     from swinkit.injection import parse_injection
     launch = LaunchConfig(
@@ -64,7 +64,7 @@ def launch_and_report(args, label: str, run: Callable[[], dict | None],
     launch prints ``{label}: FAILED: <diagnosis>`` (and its detail) and returns 1; a node whose
     ranks did not include rank 0 (``run()`` returns None) says so and returns 0.
     """
-    from swinkit.dist import LaunchError
+    from swinkit.launch import LaunchError
     from swinkit.files import RunLock, write_json_atomic
     try:
         # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.

@@ -9,7 +9,7 @@ import pytest
 from conftest import asv_result_values
 
 from swinkit.attribution import asv_names
-from swinkit.dist import LaunchConfig, LaunchError, launch
+from swinkit.launch import LaunchConfig, LaunchError, launch
 from swinkit.measure import phases
 from swinkit.workloads.sweep import Sweep, plan_world_sizes
 
@@ -198,8 +198,8 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
 def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch):
     """On GPUs, world size 1 with the whole global batch may not fit: that is the device's
     limit (asv: skipped, with the reason), not a fault of the run; other failures stay failed."""
-    from swinkit.dist import LaunchError
-    from swinkit.dist.diagnose import Diagnosis
+    from swinkit.launch import LaunchError
+    from swinkit.launch.diagnose import Diagnosis
     from swinkit.workloads import ddp_sweep as module
 
     def fake_run(spec, progress=print):

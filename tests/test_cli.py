@@ -86,8 +86,8 @@ def _replace_launch(monkeypatch, which, outcome):
     ("ddp", DDP, "swinkit ddp"), ("engine", ENGINE, "swinkit ddp --engine ddp")])
 def test_ddp_failed_launch_exits_1_with_the_diagnosis(monkeypatch, capsys, tmp_path, which, argv,
                                                       label):
-    from swinkit.dist import LaunchError
-    from swinkit.dist.diagnose import Diagnosis
+    from swinkit.launch import LaunchError
+    from swinkit.launch.diagnose import Diagnosis
     failure = LaunchError(Diagnosis("raised", 1, "rank 1 raised ZeroDivisionError", "Traceback x"))
     _replace_launch(monkeypatch, which, failure)
     out = tmp_path / "r.json"

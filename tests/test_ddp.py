@@ -14,7 +14,7 @@ import torch
 from conftest import ForeignLoad
 
 from swinkit.cli import main
-from swinkit.dist import LaunchConfig, launch
+from swinkit.launch import LaunchConfig, launch
 from swinkit.measure.phases import BLAME_KEYS, PHASES
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
 from swinkit.injection import Injection, parse_injection

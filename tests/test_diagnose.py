@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from swinkit.dist.diagnose import diagnose, is_comm_abort
+from swinkit.launch.diagnose import diagnose, is_comm_abort
 
 
 def _write(run_dir, name, data):

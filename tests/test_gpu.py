@@ -114,7 +114,7 @@ def test_thesis_preset_iteration_at_one_rank(data_root):
 @requires_gpu(1)
 @pytest.mark.parametrize("world_size", world_sizes())
 def test_nccl_allreduce_of_the_buckets_is_correct(world_size):
-    from swinkit.dist import LaunchConfig, launch
+    from swinkit.launch import LaunchConfig, launch
     from swinkit.workloads.allreduce import summarize_rank0
     res = launch("swinkit.workloads.allreduce:allreduce_rank",
                  {"samples": 3, "warmup": 1, "bare_iters": 3, "preset": "test"},
@@ -179,7 +179,7 @@ def test_other_engines_run_at_one_gpu(engine, tmp_path, data_root):
 
 @requires_gpu(1)
 def test_selftest_allreduce_runs_on_nccl():
-    from swinkit.dist import LaunchConfig, launch
+    from swinkit.launch import LaunchConfig, launch
     run = launch("swinkit.workloads.selftest:allreduce_loop", {"steps": 2},
                  LaunchConfig(world_size=GPUS, wall_timeout_s=120))
     assert row(f"self-test all-reduce on NCCL, N={GPUS}", "ran", "no error", run is not None)

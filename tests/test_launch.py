@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from swinkit.dist import LaunchConfig, LaunchError, free_port, launch
+from swinkit.launch import LaunchConfig, LaunchError, free_port, launch
 
 ENTRY = "swinkit.workloads.selftest:allreduce_loop"
 FAST = dict(pg_timeout_s=5.0, join_timeout_s=5.0, wall_timeout_s=60.0)
@@ -185,7 +185,7 @@ def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_o
 
 # A supervisor that launches 2 ranks looping for minutes (allreduce_loop, 0.05 s per step).
 _LAUNCH_FOREVER = (
-    "from swinkit.dist import LaunchConfig, launch\n"
+    "from swinkit.launch import LaunchConfig, launch\n"
     "launch('swinkit.workloads.selftest:allreduce_loop', {'steps': 100000},\n"
     "       LaunchConfig(world_size=2, wall_timeout_s=600), quiet=True)\n")
 
@@ -228,7 +228,7 @@ def test_sigterm_reaches_launches_inside_a_tool_in_its_own_session(no_orphans):
     tool = ("import os, subprocess, sys\n"
             f"subprocess.Popen([sys.executable, '-c', {_LAUNCH_FOREVER!r}], "
             "preexec_fn=lambda: os.setpgid(0, 0)).wait()\n")
-    outer = ("import sys\nfrom swinkit.dist.launch import run_in_session\n"
+    outer = ("import sys\nfrom swinkit.launch.supervisor import run_in_session\n"
              f"sys.exit(run_in_session([sys.executable, '-c', {tool!r}], grace_s=15))\n")
     proc = _sigterm_once_iterating([sys.executable, "-c", outer])
     assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
@@ -296,7 +296,7 @@ def _job(**launch_fields):
 
 
 def test_agent_passes_local_addr_and_join_timeout_to_torch():
-    from swinkit.dist.agent import elastic_config
+    from swinkit.launch.agent import elastic_config
     config = elastic_config(_job(local_addr="10.1.2.3", join_timeout_s=900.0, pg_timeout_s=30.0))
     assert config.local_addr == "10.1.2.3"  # torch's LaunchConfig field, as torchrun sets it
     assert config.rdzv_configs["join_timeout"] == 900.0
@@ -305,7 +305,7 @@ def test_agent_passes_local_addr_and_join_timeout_to_torch():
 
 
 def test_agent_leaves_local_addr_to_torch_by_default():
-    from swinkit.dist.agent import elastic_config
+    from swinkit.launch.agent import elastic_config
     assert elastic_config(_job()).local_addr is None
 
 
@@ -323,12 +323,12 @@ IFACES = ["lo", "eth1", "eth0", "ib0"]
     ({}, {}),
 ])
 def test_gloo_follows_nccl_socket_ifname(env, expected):
-    from swinkit.dist.network import gloo_socket_env
+    from swinkit.launch.network import gloo_socket_env
     assert gloo_socket_env(env, IFACES) == expected
 
 
 def test_gloo_socket_ifname_naming_no_interface_fails_before_launch(tmp_path):
-    from swinkit.dist.network import check_gloo_ifname
+    from swinkit.launch.network import check_gloo_ifname
     check_gloo_ifname({"GLOO_SOCKET_IFNAME": "eth0,ib0"}, IFACES)
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME='eth0,eth9': this host has no "
                                          "interface 'eth9'"):
@@ -376,7 +376,7 @@ def test_rank_sees_local_addr_and_nccl_interface_for_gloo(tmp_path, no_orphans):
     path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, path)), "NCCL_SOCKET_IFNAME": "lo"}
     cfg = LaunchConfig(world_size=1, local_addr="127.0.0.1", backend="gloo", **FAST)
-    result = launch("test_dist:network_seen", {}, cfg, run_dir=tmp_path / "run", env=env,
+    result = launch("test_launch:network_seen", {}, cfg, run_dir=tmp_path / "run", env=env,
                     quiet=True).result
     assert result["ranks"] == [{"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}]
 
@@ -419,9 +419,22 @@ def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphan
     env = {"PYTHONPATH": os.pathsep.join(filter(None, path))}
     cfg = LaunchConfig(world_size=1, backend="nccl", **FAST)
     with pytest.raises(LaunchError) as info:
-        launch("test_dist:stall_collective", {"seconds": 20.0}, cfg, run_dir=tmp_path / "run",
+        launch("test_launch:stall_collective", {"seconds": 20.0}, cfg, run_dir=tmp_path / "run",
                env=env, quiet=True)
     d = info.value.diagnosis
     assert d.records["failures"][0]["signal"] == "SIGABRT", d.records
     assert not d.records["errors"], d.records["errors"]
     assert (d.cause, d.rank) == ("hung", 0) and "SIGABRT" in d.summary, d.summary
+
+
+def test_a_run_spec_states_its_world_size_once():
+    """The spec's world size is the launch's, whatever the launch settings were made with: a
+    sweep that changes world_size need not edit launch too."""
+    from dataclasses import replace
+
+    from swinkit.launch import LaunchConfig
+    from swinkit.workloads.ddp_run import DDPRunSpec
+    spec = DDPRunSpec(world_size=2, launch=LaunchConfig(world_size=2, pg_timeout_s=30.0))
+    moved = replace(spec, world_size=4).launch_config()
+    assert (moved.world_size, moved.pg_timeout_s) == (4, 30.0)
+    assert DDPRunSpec(world_size=3).launch_config().world_size == 3

@@ -1,7 +1,9 @@
-"""Launching ranks on torch.distributed's elastic engine, and naming the one that failed.
+"""Launching ranks on torch.distributed's elastic engine, and naming the one that failed (this
+package was swinkit.dist: the usual .gitignore templates and packaging tools treat dist/ as
+build output).
 
-    launch.py    the supervisor: validate, start the agent in its own session, watchdog, stop
-    agent.py     ``python -m swinkit.dist.agent RUN_DIR``: torch's ``elastic_launch`` per node
+    supervisor.py the supervisor: validate, start the agent in its own session, watchdog, stop
+    agent.py     ``python -m swinkit.launch.agent RUN_DIR``: torch's ``elastic_launch`` per node
     rank.py      what every rank runs: process group, workload entry point, heartbeats, errors
     diagnose.py  root cause from the records a run leaves (killed, raised, hung, never joined)
     network.py   the address and interface nodes talk on (--local-addr, GLOO_SOCKET_IFNAME)
@@ -9,6 +11,6 @@
 
 Knows nothing of the workload: entry points are "module:function" strings.
 """
-from swinkit.dist.launch import LaunchConfig, LaunchError, RunResult, free_port, launch
+from swinkit.launch.supervisor import LaunchConfig, LaunchError, RunResult, free_port, launch
 
 __all__ = ["LaunchConfig", "LaunchError", "RunResult", "free_port", "launch"]

@@ -1,4 +1,4 @@
-"""The per-node agent: ``python -m swinkit.dist.agent RUN_DIR`` (started by swinkit.dist.launch).
+"""The per-node agent: ``python -m swinkit.launch.agent RUN_DIR`` (started by swinkit.launch.supervisor).
 
 Runs this node's ranks with torch's ``elastic_launch`` (c10d rendezvous, no restarts) and, when a
 rank fails, writes ``agent-failures.json`` with each failed rank's exit code or signal so the
@@ -14,7 +14,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from swinkit.dist.rank import rank_main
+from swinkit.launch.rank import rank_main
 from swinkit.files import write_json_atomic
 
 

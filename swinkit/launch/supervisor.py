@@ -6,9 +6,9 @@ Three processes deep, each with one job:
   anything starts, writes ``job.json`` into a run folder, starts the agent in a new session,
   enforces a wall-clock watchdog and Ctrl-C by killing that whole session's process group, and
   reads back results, error records and heartbeats to name the rank that failed first;
-* the **agent** (``python -m swinkit.dist.agent RUN_DIR``) runs torch's ``elastic_launch``
+* the **agent** (``python -m swinkit.launch.agent RUN_DIR``) runs torch's ``elastic_launch``
   (c10d rendezvous, the same engine as ``torchrun``) for this node's ranks;
-* each **rank** (:func:`swinkit.dist.rank.rank_main`) initialises the process group with a short
+* each **rank** (:func:`swinkit.launch.rank.rank_main`) initialises the process group with a short
   timeout, runs the workload entry point, and leaves a result or an error record.
 
 Why a separate agent process: asv's timeout restarts whenever a benchmark prints, and torchrun
@@ -17,7 +17,7 @@ only way to stop everything — agent, ranks, their loader workers — on every 
 
 Multi-node runs start the same entry point on every node (``--nnodes``, ``--node-rank``,
 ``--rdzv-endpoint host:port``; under SLURM, ``srun`` runs it once per node, see docs/gpu-and-slurm.md); which
-address and interface they talk on is :mod:`swinkit.dist.network`'s.
+address and interface they talk on is :mod:`swinkit.launch.network`'s.
 """
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from swinkit.checks import check_int, check_positive_number
-from swinkit.dist.diagnose import Diagnosis, diagnose
-from swinkit.dist.network import (check_gloo_ifname, check_local_addr, gloo_socket_env,
+from swinkit.launch.diagnose import Diagnosis, diagnose
+from swinkit.launch.network import (check_gloo_ifname, check_local_addr, gloo_socket_env,
                                   host_interfaces)
-from swinkit.dist.terminate import sigterm_raises
+from swinkit.launch.terminate import sigterm_raises
 from swinkit.faults import FAULT_ENV, parse_fault
 from swinkit.files import write_json_atomic
 
@@ -187,7 +187,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     # nodes' network and GLOO_SOCKET_IFNAME is unset, gloo gets the same interface.
     child_env = dict(rank_env, **gloo_socket_env(rank_env, interfaces),
                      SWINKIT_RUN_DIR=str(run_dir))
-    cmd = [sys.executable, "-m", "swinkit.dist.agent", str(run_dir)]
+    cmd = [sys.executable, "-m", "swinkit.launch.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
     watchdog_fired = False

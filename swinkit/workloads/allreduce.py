@@ -175,7 +175,7 @@ def summarize_rank0(result: dict, world: int) -> dict:
 def allreduce_sweep(world_sizes, preset: str = "thesis", samples: int = 5, warmup: int = 1,
                     progress=print):
     """Sweep keyed by world size: :func:`summarize_rank0` of one launch each."""
-    from swinkit.dist import LaunchConfig, launch
+    from swinkit.launch import LaunchConfig, launch
     from swinkit.workloads.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
 
     # 5 samples after 1 warm-up per (layout, dtype): each is a ~0.5 GB reduction, ~1 s on 2

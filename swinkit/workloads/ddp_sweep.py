@@ -1,7 +1,7 @@
 """The full DDP iteration across world sizes: one launch per world size, every metric."""
 from __future__ import annotations
 
-from swinkit.dist import LaunchConfig
+from swinkit.launch import LaunchConfig
 from swinkit.workloads.ddp_run import DDPRunSpec, environment, run_ddp
 from swinkit.injection import Injection
 from swinkit.workloads.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,

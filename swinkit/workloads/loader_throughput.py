@@ -60,7 +60,7 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
     """Sweep keyed by (world size, workers) for supply, ``("demand", ws)`` and ``"stages"``."""
     from swinkit.config import load_config
     from swinkit.data.loader import ensure_data
-    from swinkit.dist import LaunchConfig, launch
+    from swinkit.launch import LaunchConfig, launch
     from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
     from swinkit.workloads.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
-from swinkit.dist import LaunchError  # torch-free (launch supervisor and diagnosis only)
+from swinkit.launch import LaunchError  # torch-free (launch supervisor and diagnosis only)
 
 WORLD_SIZES = (1, 2, 4, 8)
 OVERSUBSCRIBE_ENV = "SWINKIT_OVERSUBSCRIBE"

@@ -23,7 +23,7 @@ from swinkit.attribution.loss_split import iteration_spread
 from swinkit.attribution.oracle import accuracy, rank_correlation
 from swinkit.attribution.whatif import judge
 from swinkit.config import load_config
-from swinkit.dist import LaunchConfig
+from swinkit.launch import LaunchConfig
 from swinkit.files import write_json_atomic
 from swinkit.workloads.components import predict_from, predict_run
 from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
