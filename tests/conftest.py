@@ -16,6 +16,7 @@ import pytest
 
 HIDE_GPUS = ""          # CUDA_VISIBLE_DEVICES value under which CUDA sees no device
 GPUS_HIDDEN = pytest.StashKey[bool]()   # set on the config: did this run hide the GPUs?
+NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # present where the kernel driver is loaded
 MAX_MARK_NAMES = 12     # -m expressions name a handful of markers; more is not worth 2**n tries
 
 
@@ -99,7 +100,13 @@ def pytest_runtest_setup(item) -> None:
     import torch
     needed = int(marker.kwargs.get("n", marker.args[0] if marker.args else 1))
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    reason = gpu_skip_reason(needed, visible, item.config.stash.get(GPUS_HIDDEN, False))
+    hidden = item.config.stash.get(GPUS_HIDDEN, False)
+    if not hidden and visible == 0 and os.path.exists(NVIDIA_DRIVER):
+        # a GPU check that skips everything would pass with no table: say why it cannot run
+        pytest.fail("this machine has an NVIDIA driver but torch sees no GPU (a CPU build of "
+                    f"torch {torch.__version__}, or CUDA_VISIBLE_DEVICES hides them): the GPU "
+                    "check cannot run here", pytrace=False)
+    reason = gpu_skip_reason(needed, visible, hidden)
     if reason:
         pytest.skip(reason)
 

@@ -45,7 +45,8 @@ def test_cuda_clock_follows_a_drifting_device_timer_between_anchors():
     dev.host = 100.0
     clock.finish()
     assert clock.seconds(mark) == pytest.approx(50.0, abs=1e-9)
-    assert clock.error_s() == pytest.approx(0.0, abs=1e-9)  # zero-width anchors, two of them
+    # zero-width anchors, two of them: only the float32 step of the 100.01 s device interval
+    assert clock.error_s() == pytest.approx(100.01 * 2.0 ** -24, rel=1e-6)
 
 
 def test_cuda_clock_error_counts_a_bend_one_line_would_miss():
@@ -61,7 +62,8 @@ def test_cuda_clock_error_counts_a_bend_one_line_would_miss():
     clock.now()
     clock.finish()
     # the ends map device 0 -> host 0 and 20.1 -> 20: device 10 maps to 9.950..., 0.0497 off
-    assert clock.error_s() == pytest.approx(10.0 - 10.0 * 20.0 / 20.1, rel=1e-6)
+    # plus the float32 step of the longer device interval, 10.1 s
+    assert clock.error_s() == pytest.approx(10.0 - 10.0 * 20.0 / 20.1 + 10.1 * 2.0 ** -24, rel=1e-6)
 
 
 def test_resolving_twice_adds_no_second_anchor():
@@ -85,7 +87,7 @@ def test_an_offset_line_moves_marks_by_the_offset_at_their_own_time():
     record = IterationRecord(marks=[("start", 100.0), ("forward", 150.0), ("backward", 200.0)])
 
     class Host:
-        def seconds(self, mark):
+        def seconds(self, mark, near=None):
             return mark
     resolved = record.resolve(Host(), OffsetLine(100.0, 0.010, 200.0, 0.012))
     assert [t for _, t in resolved["marks"]] == pytest.approx([99.990, 149.989, 199.988])
@@ -140,3 +142,79 @@ def test_oracle_syncbn_barrier_makes_alternating_stragglers_cost_every_iteration
     assert simulate(costs)["predicted_iter_s"] == pytest.approx(1.6)
     costs["sync_bn_s"] = {"forward": 0.1, "backward": 0.05}
     assert simulate(costs)["predicted_iter_s"] == pytest.approx(1.85)
+
+
+class Float32Device(FakeDevice):
+    """cudaEventElapsedTime's float32 milliseconds: what a real device timer hands back."""
+
+    def event(self):
+        import numpy as np
+        inner = super().event()
+
+        class Event:
+            def record(self):
+                inner.record()
+                self.t = inner.t
+
+            def elapsed_time(self, other):
+                return float(np.float32((other.t - self.t) * 1e3))
+        return Event()
+
+
+def test_marks_within_an_iteration_keep_microseconds_late_in_a_long_run():
+    """600 s into a run a float32 interval from the first anchor has a 61 us step (2**-24 of
+    600 000 ms, rounded to a power of two): a 3 us collective late in the run read that way
+    comes out 0 or 61 us. Read from its iteration's start it stays 3 us, and the mapping's
+    error bound counts the step of the start's own interval."""
+    from swinkit.measure.timeline import Timeline
+    dev = Float32Device()
+    clock = CudaClock(event_factory=dev.event, synchronize=dev.sync, now=dev.now)
+    timeline = Timeline(clock)
+    dev.host = 600.000001
+    timeline.begin()
+    dev.host += 0.000100
+    record = timeline.collective("x.fwd", blocking=True, arrive=clock.now())
+    dev.host += 0.000003
+    record.done = clock.now()
+    timeline.mark("forward")
+    dev.host = 601.0
+    (it,) = timeline.resolve()
+    (c,) = it["collectives"]
+    assert c["done"] - c["arrive"] == pytest.approx(3e-6, abs=2e-7)
+    assert it["marks"][0][1] == pytest.approx(600.000001, abs=1e-4)
+    assert clock.error_s() >= 601.0 * 2.0 ** -24
+
+
+def test_cold_event_timing_starts_after_the_arrival_all_reduce(one_rank_group):
+    """The GPU path of a cold collective: the start event is recorded after the one-element
+    all-reduce that holds every rank's stream until the last arrives (a host barrier alone
+    leaves the ranks' launches apart), and nothing synchronises between the two."""
+    import torch
+    import torch.distributed as dist
+
+    from swinkit.workloads.collective_timing import _cold_events
+    log = []
+    dev = FakeDevice()
+
+    def events():
+        event = dev.event()
+        record = event.record
+
+        def logged():
+            log.append("event")
+            record()
+        event.record = logged
+        return event
+
+    real = dist.all_reduce
+
+    def all_reduce(t, *a, **kw):
+        log.append("all_reduce")
+        return real(t, *a, **kw)
+    dist.all_reduce = all_reduce
+    try:
+        _cold_events([torch.ones(3)], lambda entry: log.append("collective"),
+                     lambda: log.append("sync"), events, torch.zeros(1))
+    finally:
+        dist.all_reduce = real
+    assert log == ["sync", "all_reduce", "event", "collective", "event", "sync"]

@@ -392,7 +392,7 @@ def test_time_between_end_and_begin_belongs_to_no_iteration():
             self.t += 1.0
             return self.t
 
-        def seconds(self, mark):
+        def seconds(self, mark, near=None):
             return mark
 
         def finish(self):

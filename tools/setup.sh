@@ -16,6 +16,9 @@
 # with its CPU ops only, CUDA hidden (SWINKIT_MMCV_CUDA=1 builds its CUDA ops, which need an
 # nvcc matching torch's CUDA). MAX_JOBS defaults to the cores this process may use.
 set -euo pipefail
+# bash before 4.4 (still on some clusters) reads an empty array's "${a[@]}" as unbound under
+# set -u; the plan's answers may be empty arrays, so there unset variables are not errors
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then set +u; fi
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv

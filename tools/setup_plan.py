@@ -83,12 +83,39 @@ def venv_flags(base: Torch | None, pin: str, environ: dict) -> list[str]:
     return ["--system-site-packages"] if keep else []
 
 
-def torch_requirement(current: Torch | None, pin: str) -> list[str]:
+def torch_requirement(current: Torch | None, pin: str, gpu_node: bool = False,
+                      environ: dict | None = None) -> list[str]:
     """What pip must install for torch: nothing when the interpreter's torch is supported (a
-    CUDA build stays), else the pin (an unsupported torch is replaced)."""
+    CUDA build stays), else the pin (an unsupported torch is replaced).
+
+    A CPU build on a machine with an NVIDIA driver (a ``.venv`` first made on a CPU machine,
+    a pip pointed at a CPU index) would be kept silently, every backend would resolve to gloo
+    and the GPU check would skip: that is refused with what to do, unless
+    ``SWINKIT_ALLOW_CPU_TORCH=1``.
+
+    >>> torch_requirement(Torch("2.13.0+cpu"), "2.13.0"), torch_requirement(Torch("2.12.0"), "2.13.0")
+    ([], ['torch==2.13.0'])
+    >>> torch_requirement(Torch("2.13.0+cpu"), "2.13.0", gpu_node=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: torch 2.13.0+cpu (CPU build) is installed but this machine has an NVIDIA driver: remove .venv and run tools/setup.sh again (pip then installs torch==2.13.0 with CUDA), or set SWINKIT_ALLOW_CPU_TORCH=1 to keep it
+    """
+    allow = (environ or {}).get("SWINKIT_ALLOW_CPU_TORCH", "0")
+    if allow not in ("0", "1"):
+        raise ValueError(f"SWINKIT_ALLOW_CPU_TORCH must be 0 or 1, got {allow!r}")
     if supported(current, pin):
+        if gpu_node and current.cuda is None and allow == "0":
+            raise ValueError(f"{describe(current)} is installed but this machine has an NVIDIA "
+                             "driver: remove .venv and run tools/setup.sh again (pip then "
+                             f"installs torch=={pin} with CUDA), or set SWINKIT_ALLOW_CPU_TORCH=1 "
+                             "to keep it")
         return []
     return [f"torch=={pin}"]
+
+
+def gpu_node() -> bool:
+    """Whether the NVIDIA kernel driver is loaded here (what torch's CUDA build needs)."""
+    return os.path.exists("/proc/driver/nvidia/version")
 
 
 def mmcv_build_env(environ: dict, cpus: int) -> list[str]:
@@ -146,7 +173,7 @@ def answer(what: str, python: str, environ: dict) -> list[str]:
     found = probe_torch(python)
     if what == "venv-flags":
         return venv_flags(found, pin, environ)
-    return torch_requirement(found, pin)
+    return torch_requirement(found, pin, gpu_node(), environ)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -161,13 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     environ = dict(os.environ)
     if args.what != "show":
-        print(" ".join(answer(args.what, args.python, environ)))
+        try:
+            print(" ".join(answer(args.what, args.python, environ)))
+        except ValueError as exc:
+            print(f"[setup] {exc}", file=sys.stderr)
+            return 2
         return 0
     found = probe_torch(args.python)
     pin = torch_pin()
     print(f"{args.python}: {describe(found)}; swinkit supports torch=={pin}")
     print(f"venv flags:        {' '.join(venv_flags(found, pin, environ)) or '(none)'}")
-    print(f"torch to install:  {' '.join(torch_requirement(found, pin)) or '(keep the one found)'}")
+    try:
+        wanted = " ".join(torch_requirement(found, pin, gpu_node(), environ)) or "(keep the one found)"
+    except ValueError as exc:
+        wanted = f"refused: {exc}"
+    print(f"torch to install:  {wanted}")
     print(f"mmcv build:        env {' '.join(mmcv_build_env(environ, cpu_count()))} "
           "pip install --no-build-isolation mmcv==2.1.0")
     return 0

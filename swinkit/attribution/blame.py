@@ -186,18 +186,19 @@ def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult
 
 
 def resolution(clocks: list[dict]) -> float:
-    """Blame's resolution for ranks whose clocks are these results' ``clock`` entries: the
-    widest GPU event-to-host mapping error plus, across hosts, the widest offset error (one
-    host's ranks share the clock: its offset estimate is only a check).
+    """Blame's resolution for ranks whose clocks are these results' ``clock`` entries: a
+    difference between two ranks' times may be off by both ranks' errors, so the two widest
+    GPU event-to-host mapping errors added, plus across hosts the two widest offset errors
+    (one host's ranks share the clock: its offset estimate is only a check).
 
     >>> resolution([{"same_host": True, "error_s": 4e-5, "alignment_error_s": 2e-5},
     ...             {"same_host": True, "error_s": 3e-5, "alignment_error_s": 5e-6}])
-    2e-05
+    2.5e-05
     """
-    align = max((c.get("alignment_error_s") or 0.0) for c in clocks)
-    offsets = 0.0 if all(c.get("same_host", True) for c in clocks) else max(
-        c.get("error_s") or 0.0 for c in clocks)
-    return max(RESOLUTION_S, align + offsets)
+    def two_widest(key):
+        return sum(sorted((c.get(key) or 0.0) for c in clocks)[-2:])
+    offsets = 0.0 if all(c.get("same_host", True) for c in clocks) else two_widest("error_s")
+    return max(RESOLUTION_S, two_widest("alignment_error_s") + offsets)
 
 
 def summarize_blame(result: BlameResult) -> dict:

@@ -23,7 +23,7 @@ class HostClock:
     def now(self) -> float:
         return time.perf_counter()
 
-    def seconds(self, mark: float) -> float:
+    def seconds(self, mark: float, near=None) -> float:
         return mark
 
     def anchor(self) -> None:
@@ -46,7 +46,14 @@ class CudaClock:
     the end (:meth:`finish`); a mark maps along the straight line between the anchors around
     it, so the GPU timer's drift against the host clock over a long run is followed piecewise.
     :meth:`error_s` bounds the mapping's error: the widest anchor, plus how far the middle
-    anchors sit off the line through the first and the last (the drift one line would miss).
+    anchors sit off the line through the first and the last (the drift one line would miss),
+    plus the step of a float32 interval as long as the longest between anchors.
+
+    ``cudaEventElapsedTime`` returns float32 milliseconds: its step is 4 us at 60 s and 36 us
+    at 600 s, as much as a SyncBN collective on NVLink. So no interval read is long: anchors
+    are placed from chained anchor-to-anchor intervals, a mark from the anchor before it, and
+    with ``near`` (an earlier mark already mapped, e.g. its iteration's start) from that mark,
+    so marks within an iteration keep sub-microsecond differences.
     ``event_factory`` and ``synchronize``: CUDA's unless given (a CPU test drives the
     arithmetic with fake events)."""
     name = "cuda_events"
@@ -78,15 +85,24 @@ class CudaClock:
         self._marked = True
         return event
 
-    def _elapsed(self, mark) -> float:
-        """Device seconds from the first anchor to ``mark``."""
-        return self._anchors[0][0].elapsed_time(mark) / 1e3
-
-    def seconds(self, mark) -> float:
-        return map_piecewise(self._points(), self._elapsed(mark))
-
     def _points(self) -> list[tuple[float, float]]:
-        return [(self._elapsed(event), host) for event, host, _ in self._anchors]
+        """(device seconds from the first anchor, host seconds) of every anchor, the device
+        side chained from anchor-to-anchor intervals."""
+        device = [0.0]
+        for (a, _, _), (b, _, _) in zip(self._anchors, self._anchors[1:]):
+            device.append(device[-1] + a.elapsed_time(b) / 1e3)
+        return list(zip(device, (host for _, host, _ in self._anchors)))
+
+    def seconds(self, mark, near: "tuple[Any, float] | None" = None) -> float:
+        """Host seconds of ``mark``; ``near``: (an earlier mark, its host seconds) to read it
+        from, a short interval."""
+        points = self._points()
+        if near is not None:
+            ref, ref_s = near
+            return ref_s + ref.elapsed_time(mark) / 1e3 * _slope_at(points, ref_s, by="host")
+        coarse = self._anchors[0][0].elapsed_time(mark) / 1e3  # only to find its anchor
+        i = max([k for k, (x, _) in enumerate(points) if x <= coarse] or [0])
+        return map_piecewise(points, points[i][0] + self._anchors[i][0].elapsed_time(mark) / 1e3)
 
     def finish(self) -> None:
         """Close the mapping after the last mark (resolving twice adds no second anchor)."""
@@ -96,10 +112,30 @@ class CudaClock:
     def error_s(self) -> float:
         points = self._points()
         widest = max(half for _, _, half in self._anchors)
+        longest = max((b[0] - a[0] for a, b in zip(points, points[1:])), default=0.0)
+        float32_step = longest * 2.0 ** -24  # of the longest interval read from one anchor
         if len(points) < 3:
-            return widest
+            return widest + float32_step
         ends = [points[0], points[-1]]
-        return widest + max(abs(map_piecewise(ends, x) - host) for x, host in points[1:-1])
+        return widest + float32_step + max(abs(map_piecewise(ends, x) - host)
+                                           for x, host in points[1:-1])
+
+
+def _slope_at(points: list[tuple[float, float]], at: float, by: str = "device") -> float:
+    """Host seconds per device second of the segment of ``points`` holding ``at`` (a device
+    or, with ``by="host"``, a host time); 1 with fewer than two points.
+
+    >>> _slope_at([(0.0, 10.0), (1.0, 11.5), (2.0, 12.5)], 11.8, by="host")
+    1.0
+    """
+    if len(points) < 2:
+        return 1.0
+    k = 1 if by == "host" else 0
+    i = 1
+    while i < len(points) - 1 and at > points[i][k]:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return (y1 - y0) / (x1 - x0) if x1 != x0 else 1.0
 
 
 def map_piecewise(points: list[tuple[float, float]], x: float) -> float:
@@ -126,7 +162,7 @@ class NullClock:
     def now(self) -> None:
         return None
 
-    def seconds(self, mark) -> float:
+    def seconds(self, mark, near=None) -> float:
         return float("nan")
 
     def anchor(self) -> None:

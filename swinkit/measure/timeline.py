@@ -47,11 +47,14 @@ class IterationRecord:
         """Plain seconds on rank 0's clock (``offset_s``: this rank's clock minus rank 0's, a
         number or a function of this rank's time such as :class:`OffsetLine`)."""
         offset = offset_s if callable(offset_s) else (lambda t: offset_s)
+        # every mark read from the iteration's start: a short interval (see CudaClock)
+        start = self.marks[0][1] if self.marks else None
+        near = (start, clock.seconds(start)) if start is not None else None
 
         def s(mark):
             if mark is None:
                 return None
-            t = clock.seconds(mark)
+            t = clock.seconds(mark, near=near if mark is not start else None)
             return t - offset(t)
         return {"marks": [[name, s(m)] for name, m in self.marks],
                 "collectives": [{"name": c.name, "blocking": c.blocking, "arrive": s(c.arrive),

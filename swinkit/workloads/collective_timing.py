@@ -82,7 +82,8 @@ def time_collectives(sizes: list[list[int]], dtype, device, op: str, cold: bool 
             else:
                 times = [timed(lambda entry=entry: run(entry), 1, sync=sync)[0] for entry in tensors]
         elif events is not None:
-            times = [_cold_events(entry, run, sync, events) for entry in tensors]
+            flag = torch.zeros(1, device=device)
+            times = [_cold_events(entry, run, sync, events, flag, group) for entry in tensors]
         else:
             times = [_cold_once(entry, run, sync, sweep, device, one_host) for entry in tensors]
         slowest = torch.tensor(times, dtype=torch.float64, device=device)
@@ -123,11 +124,22 @@ def _entry_runner(op: str, group=None):
     raise ValueError(f"unknown collective {op!r}")
 
 
-def _cold_events(entry, run, sync, events) -> float:
-    """One entry after a barrier, timed on the device by events (the GPU path): the barrier
-    leaves the ranks' launches microseconds apart, which the slowest rank's time includes."""
+def _cold_events(entry, run, sync, events, flag=None, group=None) -> float:
+    """One entry timed on the device by events (the GPU path), from the last rank's arrival:
+    a one-element all-reduce queued right before the start event holds every rank's stream
+    until the last rank has launched (a host barrier would leave the launches microseconds
+    apart, a skew the oracle replays itself and must not find inside the collective)."""
+    sync = sync or (lambda: None)
     dist.barrier()
-    return event_timed([lambda: run(entry)], events, sync or (lambda: None))[0]
+    sync()
+    if flag is not None:
+        dist.all_reduce(flag, group=group)  # the stream waits: the start fires at the last arrival
+    start, end = events(), events()
+    start.record()
+    run(entry)
+    end.record()
+    sync()
+    return start.elapsed_time(end) / 1e3
 
 
 def _cold_once(entry, run, sync, sweep, device, one_host: bool) -> float:
