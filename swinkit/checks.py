@@ -27,3 +27,23 @@ def check_positive_number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
     return float(value)
+
+
+def int_list(name: str, text: str, minimum: int = 1) -> list[int]:
+    """A comma-separated list of integers >= ``minimum``, sorted, each once (the one parser of
+    ``--world-sizes`` and ``--grad-accum`` style options).
+
+    >>> int_list("--world-sizes", "2,1, 2")
+    [1, 2]
+    >>> int_list("--world-sizes", "1,x")
+    Traceback (most recent call last):
+    ...
+    ValueError: --world-sizes must be integers >= 1 joined by commas, got '1,x'
+    """
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < minimum:
+        raise ValueError(f"{name} must be integers >= {minimum} joined by commas, got {text!r}")
+    return values

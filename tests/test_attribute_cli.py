@@ -92,8 +92,8 @@ def test_against_names_the_component_that_moved(results, tmp_path):
     (["--results", "/nonexistent"], 3, "python tools/suite.py"),
     (["--commit", "ffff"], 3, "no DDP results for commit ffff"),
     (["--machine", "other"], 3, "no results for machine 'other'"),
-    (["--run", "--world-sizes", "0,1"], 2, "--world-sizes must be positive"),
-    (["--run", "--world-sizes", "a"], 2, "--world-sizes must be integers"),
+    (["--run", "--world-sizes", "0,1"], 2, "--world-sizes must be integers >= 1"),
+    (["--run", "--world-sizes", "a"], 2, "--world-sizes must be integers >= 1 joined by commas"),
     (["--run", "--inject", "bogus=1"], 2, "no field 'bogus'"),
 ])
 def test_bad_input_exit_codes(results, args, code, message):
@@ -201,9 +201,9 @@ def test_what_ifs_without_stored_results_say_which_command_makes_them(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--run", "--engine", "ddp", "--grad-accum", "0,2"], "--grad-accum must be positive integers"),
+    (["--run", "--engine", "ddp", "--grad-accum", "0,2"], "--grad-accum must be integers >= 1"),
     (["--run", "--engine", "ddp", "--grad-accum", "2,x"],
-     "--grad-accum must be integers joined by commas, got '2,x'"),
+     "--grad-accum must be integers >= 1 joined by commas, got '2,x'"),
     (["--run", "--grad-accum", "2"], "--grad-accum applies to the engine comparison"),
 ])
 def test_grad_accum_arguments_fail_before_any_launch(argv, message, tmp_path):

@@ -32,7 +32,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", help="another commit to compare with")
     p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
     p.add_argument("--preset", default="cpu")
-    p.add_argument("--world-sizes", default="1,2", help="with --run (default 1,2)")
+    p.add_argument("--world-sizes", default="1,2", type=_comma_ints("--world-sizes"),
+                   help="with --run (default 1,2)")
     p.add_argument("--iters", type=int, default=None,
                    help="with --run: measured iterations per launch (default: for the "
                         "attribution the preset's measured_iters, 10 for the real presets, 100 "
@@ -50,7 +51,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", help="with --run: compare engines instead of attributing DDP: "
                                     "ddp, zero1, zero2, dp, dp_vanilla (comma-separated) or all; "
                                     "one table, and with --html a figure beside it")
-    p.add_argument("--grad-accum", metavar="K",
+    p.add_argument("--grad-accum", metavar="K", type=_comma_ints("--grad-accum"),
                    help="with --run --engine: micro-batches per optimizer step, comma-separated "
                         "(default 1): each engine runs at each K, and the report says whether "
                         "communication per image falls with K as the ideal 1/K")
@@ -65,27 +66,15 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _world_sizes(text: str) -> list[int]:
-    try:
-        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--world-sizes must be integers joined by commas, got {text!r}") from None
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"--world-sizes must be positive, got {text!r}")
-    return sizes
-
-
-def _grad_accums(text: str | None) -> list[int]:
-    """--grad-accum's K values, sorted and deduplicated; [1] when not given."""
-    if text is None:
-        return [1]
-    try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--grad-accum must be integers joined by commas, got {text!r}") from None
-    if not ks or ks[0] < 1:
-        raise ValueError(f"--grad-accum must be positive integers, got {text!r}")
-    return ks
+def _comma_ints(name: str):
+    """An argparse ``type``: the option parsed once, where argparse reports a bad value (exit 2)."""
+    def parse(text: str) -> list[int]:
+        from swinkit.checks import int_list
+        try:
+            return int_list(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.attribution.analysis import analyse
     from swinkit.attribution.inputs import InputError, from_asv
     from swinkit.workloads.attribution_run import from_run
-    from swinkit.dist import LaunchError
+    from swinkit.launch import LaunchError
     from swinkit.files import write_json_atomic
     from swinkit.report.page import write_html
     from swinkit.report.text import text_report
@@ -123,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             from swinkit.workloads.remedies import select
             remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
-            inputs = from_run(args.preset, _world_sizes(args.world_sizes),
+            inputs = from_run(args.preset, args.world_sizes,
                               parse_injection(args.inject), iters=args.iters,
                               repeats=args.repeats, scaling=args.scaling)
         else:
@@ -141,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             from swinkit.workloads.whatif_run import what_if
             predictions = (Path(args.json).with_suffix(".predictions.json") if args.json
                            else ROOT / "results" / "what-if.predictions.json")
-            report.update(what_if(args.preset, _world_sizes(args.world_sizes), remedies,
+            report.update(what_if(args.preset, args.world_sizes, remedies,
                                   iters=args.iters, injection=parse_injection(args.inject),
                                   predictions_path=predictions))
     except InputError as exc:
@@ -162,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 def _failed(exc: Exception) -> int:
     """Exit code and message for a failed measurement (1, the failing rank named) or bad
     arguments (2)."""
-    from swinkit.dist import LaunchError
+    from swinkit.launch import LaunchError
     if isinstance(exc, LaunchError):
         print(f"attribute: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
         return 1
@@ -173,7 +162,7 @@ def _failed(exc: Exception) -> int:
 def _engines(args) -> int:
     """--run --engine: the same workload under each engine, side by side (table, JSON, figure)."""
     from swinkit.attribution.grad_accum import summarize
-    from swinkit.dist import LaunchError
+    from swinkit.launch import LaunchError
     from swinkit.engines.compare import compare_figure, compare_table
     from swinkit.engines.spec import COMPARED
     from swinkit.files import write_json_atomic
@@ -189,8 +178,8 @@ def _engines(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        ks = _grad_accums(args.grad_accum)
-        runs = run_engines_by_k(keys, _world_sizes(args.world_sizes),
+        ks = args.grad_accum or [1]
+        runs = run_engines_by_k(keys, args.world_sizes,
                                 DDPRunSpec(preset=args.preset, iters=args.iters), ks)
     except (LaunchError, ValueError) as exc:
         return _failed(exc)

@@ -2,6 +2,8 @@
 (where time went), blame (why), the straggler, and DDP's own timers as a cross-check."""
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import platform
 import statistics
@@ -11,7 +13,7 @@ import torch
 
 from swinkit.config import load_config
 from swinkit.data.loader import ensure_data
-from swinkit.dist import LaunchConfig, launch
+from swinkit.launch import LaunchConfig, launch
 from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
 from swinkit.attribution.blame import resolution as blame_resolution
 from swinkit.attribution.paired import paired_effect
@@ -47,7 +49,12 @@ class DDPRunSpec:
     paired: bool = False
 
     def launch_config(self) -> LaunchConfig:
-        return self.launch or LaunchConfig(world_size=self.world_size)
+        """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
+        ``world_size``, the one place a run's world size is stated (a changed world size needs
+        no second edit of ``launch``)."""
+        if self.launch is None:
+            return LaunchConfig(world_size=self.world_size)
+        return dataclasses.replace(self.launch, world_size=self.world_size)
 
     def validate(self):
         """Everything checkable before a process starts; ValueError names field and value."""

@@ -4,7 +4,7 @@ bytes moved per iteration, gradient-communication rounds per optimizer step, com
 image, peak memory and model-state bytes per rank.
 
     ddp          swinkit.workloads.ddp_run.run_ddp, unchanged (its JSON, plus ``engine``)
-    deepspeed    ranks launched like DDP's (swinkit.dist), entry swinkit.engines.deepspeed_rank
+    deepspeed    ranks launched like DDP's (swinkit.launch), entry swinkit.engines.deepspeed_rank
     dp, dp-vanilla  one process driving N GPUs, entry swinkit.engines.dp
 
 Every result carries the DDP result's fields that describe an iteration (``phases_s``,
@@ -16,7 +16,7 @@ import dataclasses
 
 from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
 from swinkit.data.loader import ensure_data
-from swinkit.dist import LaunchConfig, launch
+from swinkit.launch import LaunchConfig, launch
 from swinkit.engines.spec import (COMPARED, EngineSpec, EngineUnavailable, spec_for_key)
 from swinkit.measure.aggregate import aggregate_phases
 from swinkit.measure.phases import PHASES
@@ -93,11 +93,10 @@ def run_engines(keys, world_sizes, run, grad_accum: int = 1, progress=print, qui
                 **spec_kw) -> dict:
     """Every engine key at every world size: ``{(key, ws): result}`` plus the reasons for what
     did not run (``{"skipped": {(key, ws): reason}, "failed": {...}}``)."""
-    from swinkit.dist import LaunchError
+    from swinkit.launch import LaunchError
     results, skipped, failed = {}, {}, {}
     for ws in world_sizes:
-        lc = dataclasses.replace(run.launch_config(), world_size=ws)
-        base = dataclasses.replace(run, world_size=ws, launch=lc)
+        base = dataclasses.replace(run, world_size=ws)
         for key in keys:
             spec = spec_for_key(key, base, grad_accum=grad_accum, **spec_kw)
             try:
@@ -122,8 +121,7 @@ def run_engines_by_k(keys, world_sizes, run, ks, progress=print, quiet=True, **s
     not after the smaller K's runs."""
     for k in ks:
         for ws in world_sizes:
-            base = dataclasses.replace(run, world_size=ws, launch=dataclasses.replace(
-                run.launch_config(), world_size=ws))
+            base = dataclasses.replace(run, world_size=ws)
             for key in keys:
                 spec = spec_for_key(key, base, grad_accum=k, **spec_kw)
                 try:
