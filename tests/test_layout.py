@@ -118,3 +118,20 @@ def test_table_of_contents_reads_indented_module_lines(tmp_path):
     init = tmp_path / "__init__.py"
     init.write_text('"""Doc.\n\n    a.py    one\n    sub/    two\n  b.py not indented enough\n"""\n')
     assert table_of_contents(init) == {"a.py", "sub"}
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_a_function_over_60_lines_says_why():
+    """Functions stay short; one that does not carries a ``# Long:`` comment saying why."""
+    unexplained = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = text.splitlines()[node.lineno - 1:node.end_lineno]
+                if len(body) > MAX_FUNCTION_LINES and not any(
+                        line.strip().startswith("# Long:") for line in body):
+                    unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert unexplained == []

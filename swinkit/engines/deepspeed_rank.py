@@ -133,6 +133,8 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     logger on) of the preset's segmentor under DeepSpeed ZeRO ``zero``; return this rank's
     measurements (the shape :func:`swinkit.workloads.ddp.ddp_rank` returns, plus DeepSpeed's
     timers, comms log, memory and model state)."""
+    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps,
+    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
     import deepspeed
     import deepspeed.comm as ds_comm
     _quiet_deepspeed()

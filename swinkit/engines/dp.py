@@ -128,6 +128,8 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     ``workers``: loader workers per device, as DDP's are per rank (default: the preset's); the
     one loader gets ``workers x n_devices`` (``worker_budget`` in the result). Memory and NVML
     utilisation are reported for every device."""
+    # Long: a run's whole course in the order it happens (set-up, warm-up, measured steps,
+    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
     from swinkit.config import load_config
     from swinkit.data.loader import batches, build_loader
     from swinkit.engines.dp_vanilla import vanilla_forward

@@ -18,6 +18,7 @@ def of_what(runs: list[dict]) -> str:
 
 
 def text_report(r: dict) -> str:
+    # Long: the report top to bottom, one section after another in the order it prints.
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
              f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
     inj = r.get("injection") or {}

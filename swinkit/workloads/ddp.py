@@ -103,6 +103,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
             local ones in ``result["local"]`` (timeline, iteration, loss).
     """
+    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps,
+    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
     if local and paired:
         raise ValueError("local and paired exclude each other")
     injection = Injection(**(inject or {}))

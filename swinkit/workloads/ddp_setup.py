@@ -69,6 +69,8 @@ def setup_rank(rank, preset, data_root, overrides, device, workers, injection: I
     measurement: DDP's bucketing, hooks and buffer sync, with nothing sent to another rank). ``paired``: DDP
     over every rank whose hook and buffer broadcast can be switched to the local ones
     (:class:`Switch`)."""
+    # Long: every object the loop touches, built in the order DDP needs them (model, groups,
+    # DDP, hooks, optimizer, loader); split, they would be passed around in a long tuple.
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")

@@ -111,6 +111,7 @@ def engine_block(spec: EngineSpec, result: dict) -> dict:
     """Bytes, rounds, communication per image, memory and state: the engine comparison's
     columns for one run, per optimizer step (rank 0's timeline for counts and bytes; medians
     over measured steps)."""
+    # Long: one column of the engine comparison after another, in the table's order.
     world = result["world_size"]
     ranks = result["ranks"]
     r0 = ranks[0]
