@@ -5,7 +5,6 @@ with the device, backend or machine facts passed in; real-GPU checks carry the `
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -226,15 +225,6 @@ def test_setup_plan_cli_with_a_cuda_torch_present(tmp_path):
     assert words[:3] == ["-u", "FORCE_CUDA", "CUDA_VISIBLE_DEVICES="]
     assert "MMCV_WITH_OPS=1" in words and not any(w.startswith("FORCE_CUDA=") for w in words)
     assert "torch 2.13.0+cu126 (CUDA 12.6)" in plan("show")
-
-
-def test_setup_sh_runs_mmcv_and_torch_through_the_plan():
-    """setup.sh takes its torch requirement and mmcv environment from the plan (a hard-coded
-    torch pin or MAX_JOBS in the script would bypass it)."""
-    script = (ROOT / "tools" / "setup.sh").read_text()
-    assert 'env "${MMCV_ENV[@]}" "${PIP[@]}" install "${MMCV_ARGS[@]}"' in script
-    assert '"${PIP[@]}" install -q "${TORCH_REQ[@]}"' in script
-    assert "MAX_JOBS=${MAX_JOBS" not in script
 
 
 # ---------------------------------------------------------------- the pinned-memory remedy
