@@ -63,10 +63,10 @@ def test_unknown_preset_is_an_argparse_error(capsys):
 
 
 # --- swinkit ddp around its launch: the same messages and exit codes with or without --engine
-# (swinkit/cli_launch.py serves both); the launch itself is replaced, so nothing starts here.
+# (swinkit/cli/launch.py serves both); the launch itself is replaced, so nothing starts here.
 
 DDP = ["ddp", "--preset", "test", "--world-size", "1"]
-ENGINE = [*DDP, "--engine", "ddp", "--grad-accum", "2"]  # the engine path (swinkit.engines.cli)
+ENGINE = [*DDP, "--engine", "ddp", "--grad-accum", "2"]  # the engine path (swinkit.cli.engines)
 LAUNCHERS = {"ddp": ("swinkit.workloads.ddp_run", "run_ddp"),
              "engine": ("swinkit.workloads.engine_run", "run_engine")}
 

@@ -343,7 +343,7 @@ def test_gloo_socket_ifname_naming_no_interface_fails_before_launch(tmp_path):
 def test_node_options_reach_the_launch_config():
     """--local-addr and --join-timeout (default 600 s), apart from --pg-timeout."""
     from swinkit.cli import get_parser
-    from swinkit.cli_launch import run_spec
+    from swinkit.cli.launch import run_spec
     args = get_parser().parse_args(["ddp", "--local-addr", "10.0.0.2", "--join-timeout", "900",
                                     "--pg-timeout", "30"])
     lc = run_spec(args).launch

@@ -11,7 +11,7 @@
     dp_parts.py        DataParallel's pure parts: batch split, loss gather, copy bytes
     dp_vanilla.py      the same from torch.nn.parallel primitives, each one timed
     compare.py         engines side by side: one table, one figure
-    cli.py             ``swinkit ddp --engine NAME`` (the default engine keeps DDP's own path)
 
-Dispatch and aggregation: :mod:`swinkit.workloads.engine_run`.
+Dispatch and aggregation: :mod:`swinkit.workloads.engine_run`; the command line:
+:mod:`swinkit.cli.engines`.
 """

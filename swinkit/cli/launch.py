@@ -1,6 +1,6 @@
 """What ``swinkit ddp`` does around a launch, with or without ``--engine``.
 
-Both paths (``swinkit.cli`` for DDP, ``swinkit.engines.cli`` for the other engines) build the
+Both paths (``swinkit.cli`` for DDP, ``swinkit.cli.engines`` for the other engines) build the
 run from the same options, hold the same lock on the result file, and must answer a failed
 launch or a node that does not host rank 0 with the same messages and exit codes: one place, so
 the two cannot drift apart. What each prints for a result stays with its command.
@@ -12,7 +12,7 @@ import sys
 from contextlib import nullcontext
 from typing import Callable
 
-from swinkit.exit_codes import EXIT_FAILED, EXIT_OK
+from swinkit.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
 # Prose, not a table: argparse re-wraps a group's description.
 NODES_HELP = (

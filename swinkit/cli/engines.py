@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from swinkit.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 ALL = "all"
 
 
 def engine_command(args) -> int:
-    from swinkit.cli_launch import launch_and_report, run_spec
+    from swinkit.cli.launch import launch_and_report, run_spec
     from swinkit.engines.spec import ENGINES, EngineSpec, EngineUnavailable
 
     if args.engine not in ENGINES + (ALL,):

@@ -23,9 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from swinkit.cli_launch import add_node_args
+from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
-from swinkit.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from swinkit.library_output import send_library_logs_to_stderr
 
 
@@ -156,9 +156,9 @@ def _verify_data(args) -> int:
 
 def _ddp(args) -> int:
     if args.engine != "ddp" or args.zero is not None or args.grad_accum != 1 or args.figure:
-        from swinkit.engines.cli import engine_command
+        from swinkit.cli.engines import engine_command
         return engine_command(args)
-    from swinkit.cli_launch import launch_and_report, run_spec
+    from swinkit.cli.launch import launch_and_report, run_spec
     from swinkit.files import write_json_atomic
     from swinkit.measure.timeline import chrome_trace
     from swinkit.report.ddp_table import ddp_table
