@@ -87,7 +87,15 @@ class CudaClock:
 
     def _points(self) -> list[tuple[float, float]]:
         """(device seconds from the first anchor, host seconds) of every anchor, the device
-        side chained from anchor-to-anchor intervals."""
+        side chained from anchor-to-anchor intervals. Kept until the next anchor: resolving a
+        paired run reads them for every mark (hundreds of anchors, thousands of marks)."""
+        cached = getattr(self, "_cached_points", None)
+        if cached is not None and len(cached) == len(self._anchors):
+            return cached
+        self._cached_points = self._compute_points()
+        return self._cached_points
+
+    def _compute_points(self) -> list[tuple[float, float]]:
         device = [0.0]
         for (a, _, _), (b, _, _) in zip(self._anchors, self._anchors[1:]):
             device.append(device[-1] + a.elapsed_time(b) / 1e3)
