@@ -3,8 +3,8 @@ and of the running preset's own DDP buckets."""
 from .common import WORLD_SIZES, lazy, preset, samples
 
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
-allreduce_sweep = lazy("swinkit.workloads.allreduce:allreduce_sweep")
-# swinkit.workloads.allreduce's LAYOUTS and DTYPES' keys, written out (that module imports
+allreduce_sweep = lazy("swinkit.components.allreduce:allreduce_sweep")
+# swinkit.components.allreduce's LAYOUTS and DTYPES' keys, written out (that module imports
 # torch; tests/test_benchmark_imports.py keeps them equal).
 LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
 DTYPES = ("fp32", "bf16")

@@ -2,7 +2,10 @@
 import statistics
 
 # torch-free at import (its workload imports are inside its functions; see common.py)
-from swinkit.workloads.loader_throughput import STAGE_NAMES, loader_sweep
+from .common import module
+
+_loader = module("swinkit.components.loader_throughput")
+STAGE_NAMES, loader_sweep = _loader.STAGE_NAMES, _loader.loader_sweep
 
 from .common import WORLD_SIZES, preset, samples
 

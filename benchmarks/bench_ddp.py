@@ -2,14 +2,15 @@
 import math
 import statistics
 
-from swinkit import scaling as formulas  # torch-free arithmetic (param 'scaling' below)
 
-from .common import WORLD_SIZES, accepts, lazy, preset, samples
+from .common import WORLD_SIZES, accepts, lazy, module, preset, samples
+
+formulas = module("swinkit.attribution.scaling")  # torch-free arithmetic (param 'scaling' below)
 
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
-ddp_sweep = lazy("swinkit.workloads.ddp_sweep:ddp_sweep")
-with_strong_scaling = lazy("swinkit.workloads.ddp_sweep:with_strong_scaling")
-# swinkit.measure.phases.PHASES (re-exported by swinkit.workloads.ddp, which imports torch and
+ddp_sweep = lazy("swinkit.runs.ddp_sweep:ddp_sweep")
+with_strong_scaling = lazy("swinkit.runs.ddp_sweep:with_strong_scaling")
+# swinkit.measure.phases.PHASES (re-exported by swinkit.rank.ddp, which imports torch and
 # mmseg), written out like BLAME_KEYS below; tests/test_benchmark_imports.py keeps them equal.
 PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -17,7 +18,7 @@ PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "othe
 # whose swinkit has no blame (tests/test_benchmarks.py keeps the two equal).
 BLAME_KEYS = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other",
               "unattributed")
-# swinkit.workloads.attribution_run.SCALING, written out like the keys above
+# swinkit.runs.ddp_sweep.SCALING, written out like the keys above
 SCALINGS = ("weak", "strong")
 # swinkit.measure.phases.PHASES (the oracle's local phases) and the synchronisation on top
 # of them: the parts of the predicted iteration (its components_s), written out like the keys

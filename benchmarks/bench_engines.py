@@ -1,6 +1,6 @@
 """The same workload under every engine: DDP, DeepSpeed ZeRO-1 and ZeRO-2, DataParallel and
 DataParallel from its primitives; and gradient accumulation. Time, bytes moved per optimizer
-step and peak memory per rank, side by side (swinkit.workloads.engine_run).
+step and peak memory per rank, side by side (swinkit.runs.engine_run).
 
 What this machine cannot run is skipped with the reason (asv: NotImplementedError in setup):
 DataParallel needs GPUs (at least 2 to communicate), DeepSpeed needs to be installed
@@ -11,7 +11,7 @@ import math
 from .common import WORLD_SIZES, lazy, preset
 
 # Imported when setup_cache runs: a track process only reads the unpickled Sweep (no torch).
-engine_sweep = lazy("swinkit.workloads.engine_run:engine_sweep")
+engine_sweep = lazy("swinkit.runs.engine_run:engine_sweep")
 
 ENGINES = ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
 STEPS = [1, 2, 4]

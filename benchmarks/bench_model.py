@@ -4,8 +4,8 @@ from swinkit.config import PRESETS  # torch-free
 from .common import lazy, samples
 
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
-model_sweep = lazy("swinkit.workloads.forward_backward:model_sweep")
-# swinkit.workloads.forward_backward's SCOPES, OPS and BATCHES' keys, written out (that module
+model_sweep = lazy("swinkit.components.forward_backward:model_sweep")
+# swinkit.components.forward_backward's SCOPES, OPS and BATCHES' keys, written out (that module
 # imports torch; tests/test_benchmark_imports.py keeps them equal).
 SCOPES = ("backbone", "segmentor")
 OPS = ("forward", "forward_backward", "optimizer")

@@ -12,11 +12,12 @@ World sizes: the suite's (those the machine cannot hold are skipped with the rea
 import math
 import os
 
-from swinkit.workloads.remedies import CATALOGUE, select
-from swinkit.workloads.sweep import Sweep, plan_world_sizes
-from .common import WORLD_SIZES as ALL_WORLD_SIZES, lazy, preset
+from .common import WORLD_SIZES as ALL_WORLD_SIZES, lazy, module, preset
 
-what_if = lazy("swinkit.workloads.whatif_run:what_if")  # torch and MMSeg in setup_cache only
+CATALOGUE, select = module("swinkit.experiments.remedies").CATALOGUE, module("swinkit.experiments.remedies").select
+Sweep, plan_world_sizes = module("swinkit.runs.sweep").Sweep, module("swinkit.runs.sweep").plan_world_sizes
+
+what_if = lazy("swinkit.experiments.whatif_run:what_if")  # torch and MMSeg in setup_cache only
 
 SUITE_DEFAULT = "bf16_hook"
 REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or SUITE_DEFAULT)]

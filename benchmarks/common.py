@@ -7,7 +7,7 @@ Environment variables (asv passes the environment through to benchmarks):
 
 asv runs each parameter combination of a track_* benchmark in a process of its own that only
 unpickles the setup_cache's Sweep and returns a number, hundreds of processes per run. So the
-benchmark files import nothing heavy (torch, mmseg, swinkit.workloads.* with a model) at module
+benchmark files import nothing heavy (torch, mmseg, swinkit modules with a model) at module
 level: the workload functions are :func:`lazy` stand-ins, imported when setup_cache calls them,
 and the param values those modules define are written out (tests/test_benchmark_imports.py
 keeps them equal and checks that a track process imports no torch).
@@ -17,9 +17,35 @@ import inspect
 import math
 import os
 
-# torch-free since swinkit.workloads.sweep lazily imports torch (it also holds Sweep, which the
+# Where a module lived before swinkit's layout followed the process boundary: asv runs these
+# files (from the working tree) against older commits too, whose swinkit has only the old path.
+# Kept here rather than as re-exports in swinkit, so the package itself holds one path per module.
+FORMERLY = {
+    "swinkit.attribution.scaling": "swinkit.scaling",
+    "swinkit.runs.sweep": "swinkit.workloads.sweep",
+    "swinkit.runs.ddp_sweep": "swinkit.workloads.ddp_sweep",
+    "swinkit.runs.engine_run": "swinkit.workloads.engine_run",
+    "swinkit.components.allreduce": "swinkit.workloads.allreduce",
+    "swinkit.components.forward_backward": "swinkit.workloads.forward_backward",
+    "swinkit.components.loader_throughput": "swinkit.workloads.loader_throughput",
+    "swinkit.experiments.remedies": "swinkit.workloads.remedies",
+    "swinkit.experiments.whatif_run": "swinkit.workloads.whatif_run",
+}
+
+
+def module(name: str):
+    """``name`` imported, or its former path (:data:`FORMERLY`) in an older commit's swinkit."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if name not in FORMERLY or not (e.name and name.startswith(e.name)):
+            raise  # a missing dependency inside the module, not the module itself
+        return importlib.import_module(FORMERLY[name])
+
+
+# torch-free since swinkit.runs.sweep lazily imports torch (it also holds Sweep, which the
 # track processes unpickle); older commits' sweep.py imports torch here, which only costs time.
-from swinkit.workloads.sweep import WORLD_SIZES  # noqa: F401  re-exported for the benchmarks
+WORLD_SIZES = module("swinkit.runs.sweep").WORLD_SIZES
 
 
 def preset() -> str:
@@ -40,10 +66,10 @@ def lazy(target: str):
     The benchmark methods call these by the name the function had when it was imported at the
     top, so their source (which asv hashes into each benchmark's version) is unchanged.
     """
-    module, name = target.split(":")
+    path, name = target.split(":")
 
     def call(*args, **kwargs):
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return getattr(module(path), name)(*args, **kwargs)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"{target}, imported on the first call."
     call.target = target
@@ -53,8 +79,8 @@ def lazy(target: str):
 def accepts(function, keyword: str) -> bool:
     """Whether a :func:`lazy` stand-in's function takes ``keyword``: asv runs these files
     against older commits' swinkit too, whose functions may lack a newer option."""
-    module, name = function.target.split(":")
-    target = getattr(importlib.import_module(module), name)
+    path, name = function.target.split(":")
+    target = getattr(module(path), name)
     return keyword in inspect.signature(target).parameters
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from swinkit.checks import check_int
+from swinkit.input_checks import check_int
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PRESETS = ("thesis", "cpu", "test")

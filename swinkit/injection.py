@@ -1,5 +1,5 @@
 """The injection spec: known costs to inject, parsed once, with no torch or MMCV to import
-(the supervisor validates and formats it before any rank starts; :mod:`swinkit.workloads.inject`
+(the supervisor validates and formats it before any rank starts; :mod:`swinkit.rank.inject`
 puts it into a rank).
 
 Spec (CLI ``--inject``): comma-separated ``data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,ranks=R1+R2``.

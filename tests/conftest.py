@@ -185,7 +185,7 @@ def asv_scratch(tmp_path, data_root):
     import sys
     from pathlib import Path
 
-    from swinkit.asv_suite import ROOT, read_conf
+    from swinkit.run_suite import ROOT, read_conf
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     if not commit:

@@ -155,7 +155,7 @@ def test_what_if_arguments_fail_before_any_launch(argv, message, tmp_path):
 
 
 def test_list_remedies_names_each_with_what_it_changes():
-    from swinkit.workloads.remedies import CATALOGUE
+    from swinkit.experiments.remedies import CATALOGUE
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--list-remedies"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0

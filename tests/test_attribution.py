@@ -386,7 +386,7 @@ def test_strong_scaling_compares_with_one_rank_doing_all_the_work():
 
 
 def test_strong_scaling_splits_the_global_batch_or_says_why_not():
-    from swinkit.workloads.attribution_run import images_per_rank
+    from swinkit.experiments.attribution_run import images_per_rank
     assert images_per_rank("test", [1, 2], "strong") == {1: 4, 2: 2}
     assert images_per_rank("test", [1, 2], "weak") == {1: 2, 2: 2}
     with pytest.raises(ValueError, match="does not divide among world sizes \\[3\\]"):
@@ -395,7 +395,7 @@ def test_strong_scaling_splits_the_global_batch_or_says_why_not():
         images_per_rank("test", [1], "linear")
 
 
-def test_paired_effect_survives_two_slow_clean_iterations():
+def test_injection_effect_survives_two_slow_clean_iterations():
     """Injected iterations 0,2,4,6,8 take 0.22 s, clean ones 0.10 s, except clean iterations
     3 and 7, slowed by 0.16 s by something else (in forward once, in the optimizer once).
     By hand, the differences per injected iteration against each clean neighbour:
@@ -403,7 +403,7 @@ def test_paired_effect_survives_two_slow_clean_iterations():
     8-9: +.12. Five of nine are +0.12, so the median is +0.12 s. Averaging the two neighbours
     first gives 0.12, 0.04, 0.04, 0.04, 0.04 per injected iteration: a median of 0.04 s, the
     figure a CI run once reported for a 120 ms injection."""
-    from swinkit.attribution.paired import paired_effect
+    from swinkit.attribution.neighbours import injection_effect
     flags = [i % 2 == 0 for i in range(10)]
     rows = []
     for i, hit in enumerate(flags):
@@ -412,7 +412,7 @@ def test_paired_effect_survives_two_slow_clean_iterations():
         row["optimizer"] += 0.16 if i == 7 else 0.0
         rows.append(row)
     iterations = [sum(r.values()) for r in rows]
-    out = paired_effect({0: iterations, 1: iterations}, {0: rows, 1: rows}, {0: flags, 1: flags})
+    out = injection_effect({0: iterations, 1: iterations}, {0: rows, 1: rows}, {0: flags, 1: flags})
     assert out["pairs"] == 9
     assert out["added_iter_s"] == pytest.approx(0.12)
     assert out["growth_s"]["exposed_comm"] == pytest.approx(0.12)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swinkit.workloads.sweep import Sweep
+from swinkit.runs.sweep import Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp", "bench_whatif"]
@@ -63,11 +63,11 @@ def test_a_track_process_imports_no_torch_or_mmseg(module, tmp_path):
 
 
 def test_sweep_unpickles_without_torch(tmp_path):
-    """The cached Sweep is pickled as swinkit.workloads.sweep.Sweep (that module stays light)
+    """The cached Sweep is pickled as swinkit.runs.sweep.Sweep (that module stays light)
     and as plain data: the runs' environment record holds torch.__version__, a TorchVersion,
     which would otherwise import torch when unpickled; numpy scalars become Python numbers."""
     np = pytest.importorskip("numpy")
-    from swinkit.workloads.ddp_run import environment
+    from swinkit.runs.ddp_run import environment
     env = environment()
     assert type(env["torch"]) is not str  # what this test is about (TorchVersion)
     sweep = Sweep(results={1: {"x": np.float64(0.5), "environment": env, "n": [np.int64(2)]}},
@@ -79,7 +79,7 @@ def test_sweep_unpickles_without_torch(tmp_path):
             "r = s.get(1); assert r['x'] == 0.5 and type(r['x']) is float, r; "
             "assert r['n'] == [2] and type(r['n'][0]) is int, r; "
             f"assert r['environment']['torch'] == {str(env['torch'])!r}, r; "
-            "from swinkit.workloads.sweep import Sweep, WORLD_SIZES, plan_world_sizes; "
+            "from swinkit.runs.sweep import Sweep, WORLD_SIZES, plan_world_sizes; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, timeout=60)
@@ -90,7 +90,9 @@ def test_sweep_unpickles_without_torch(tmp_path):
 def test_written_out_params_equal_swinkits():
     """The benchmark files write out what modules importing torch define; keep them equal."""
     from swinkit.measure import phases
-    from swinkit.workloads import allreduce, ddp, forward_backward, sweep
+    from swinkit.components import allreduce, forward_backward
+    from swinkit.rank import ddp
+    from swinkit.runs import sweep
 
     from benchmarks import bench_comm, bench_ddp, bench_model, common
     assert common.WORLD_SIZES == sweep.WORLD_SIZES
@@ -98,7 +100,7 @@ def test_written_out_params_equal_swinkits():
     assert list(bench_comm.DTYPES) == list(allreduce.DTYPES)
     assert bench_ddp.PHASES == phases.PHASES == ddp.PHASES
     assert bench_ddp.Phase.params[1] == list(phases.PHASES)
-    from swinkit.workloads.attribution_run import SCALING
+    from swinkit.runs.ddp_sweep import SCALING
     assert bench_ddp.SCALINGS == SCALING and bench_ddp.Scaling.params[1] == list(SCALING)
     from swinkit.measure.phases import PHASES
     assert bench_ddp.PREDICTED_PARTS == PHASES + ("sync_s",)

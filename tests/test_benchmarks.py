@@ -11,7 +11,7 @@ from conftest import asv_result_values
 from swinkit.attribution import asv_names
 from swinkit.launch import LaunchConfig, LaunchError, launch
 from swinkit.measure import phases
-from swinkit.workloads.sweep import Sweep, plan_world_sizes
+from swinkit.runs.sweep import Sweep, plan_world_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 # every benchmark file, so a new one is checked without being listed here
@@ -122,7 +122,7 @@ def test_strong_scaling_runs_only_what_differs_from_the_weak_runs(monkeypatch):
     """On 2 runnable world sizes of a 2-image preset: strong scaling's global batch is 4, so
     world size 1 runs once more with 4 images, and world size 2 (2 per rank) is the weak run
     itself, not launched again; world size 4 keeps the weak sweep's skip reason."""
-    from swinkit.workloads import ddp_sweep as module
+    from swinkit.runs import ddp_sweep as module
     launched = []
 
     def fake_run(spec, progress=print):
@@ -149,8 +149,8 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
     older commit's, whose ddp_sweep takes no ``paired``: the setup_cache asks first)."""
     from benchmarks.bench_ddp import ddp_sweep as stand_in
     from benchmarks.common import accepts
-    from swinkit.workloads import components
-    from swinkit.workloads import ddp_sweep as module
+    from swinkit.rank import components
+    from swinkit.runs import ddp_sweep as module
     specs = []
 
     def fake_run(spec, progress=print):
@@ -200,7 +200,7 @@ def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch)
     limit (asv: skipped, with the reason), not a fault of the run; other failures stay failed."""
     from swinkit.launch import LaunchError
     from swinkit.launch.diagnose import Diagnosis
-    from swinkit.workloads import ddp_sweep as module
+    from swinkit.runs import ddp_sweep as module
 
     def fake_run(spec, progress=print):
         if spec.overrides["images_per_rank"] == 4:
@@ -244,8 +244,8 @@ SMALL = {"backbone_flat": [1000], "segmentor_flat": [3000], "ddp_buckets": [1000
 
 @pytest.mark.slow
 def test_allreduce_correctness_check_passes_and_reports_bandwidth(no_orphans):
-    from swinkit.workloads.allreduce import summarize_rank0
-    run = launch("swinkit.workloads.allreduce:allreduce_rank", {"samples": 3, "sizes": SMALL},
+    from swinkit.components.allreduce import summarize_rank0
+    run = launch("swinkit.components.allreduce:allreduce_rank", {"samples": 3, "sizes": SMALL},
                  LaunchConfig(world_size=2, wall_timeout_s=120), quiet=True)
     rank0 = run.result["ranks"][0]
     assert all(v == 0 for v in rank0["wrong"].values())
@@ -261,7 +261,7 @@ def test_bus_bandwidth_where_the_candidate_formulas_differ():
     """nccl-tests' convention, by hand: 1e9 bytes in 0.5 s is algbw 2 GB/s; busbw multiplies by
     2 (N-1) / N: 2 at N=2 (equal to algbw, as several wrong formulas would be), 3.0 at N=4,
     3.5 at N=8 (N-1 or 2N alone give other values)."""
-    from swinkit.workloads.allreduce import summarize_rank0
+    from swinkit.components.allreduce import summarize_rank0
     rank0 = {"times": {"flat/fp32": [0.5]}, "sizes": {"flat": [250_000_000],
              "segmentor_flat": [250_000_000]}, "bare_times": [0.5]}
     for world, busbw in ((2, 2.0), (4, 3.0), (8, 3.5)):
@@ -276,7 +276,7 @@ def test_corrupted_reduction_fails_with_the_count(no_orphans):
     tensor is wrong on every rank, the healthy rank 0 included, and each counts the same wrong
     elements against an expectation computed without any collective."""
     with pytest.raises(LaunchError) as info:
-        launch("swinkit.workloads.allreduce:allreduce_rank", {"samples": 1, "sizes": SMALL},
+        launch("swinkit.components.allreduce:allreduce_rank", {"samples": 1, "sizes": SMALL},
                LaunchConfig(world_size=2, wall_timeout_s=120),
                env={"SWINKIT_FAULT": "corrupt_allreduce:1"}, quiet=True)
     d = info.value.diagnosis

@@ -1,6 +1,6 @@
 """The bucket layout the all-reduce benchmark reduces is DDP's own.
 
-``swinkit.workloads.allreduce`` reads the sizes of DDP's rebuilt buckets from DDP's logging
+``swinkit.components.allreduce`` reads the sizes of DDP's rebuilt buckets from DDP's logging
 data (a string of byte counts). Here DDP itself says what is in each bucket: a comm hook sees
 every bucket's parameters in the order DDP reduces them, and the sizes are counted from those
 tensors, not from the logging data.
@@ -14,7 +14,7 @@ def _bucket_contents(model, iters=3):
     ``iters`` iterations (after DDP's rebuild by gradient-ready order)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from swinkit.workloads.allreduce import tiny_batch
+    from swinkit.components.allreduce import tiny_batch
     ddp = DistributedDataParallel(model)
     seen = {}
 
@@ -35,7 +35,7 @@ def _bucket_contents(model, iters=3):
 def test_preset_bucket_layout_is_ddps_own(one_rank_group):
     from swinkit.config import load_config
     from swinkit.model.segmentor import build_segmentor
-    from swinkit.workloads.allreduce import _model_layouts
+    from swinkit.components.allreduce import _model_layouts
 
     cpu = torch.device("cpu")
     layouts = _model_layouts(cpu, "test")  # what gradient_layouts gives as preset_buckets

@@ -67,8 +67,8 @@ def test_unknown_preset_is_an_argparse_error(capsys):
 
 DDP = ["ddp", "--preset", "test", "--world-size", "1"]
 ENGINE = [*DDP, "--engine", "ddp", "--grad-accum", "2"]  # the engine path (swinkit.cli.engines)
-LAUNCHERS = {"ddp": ("swinkit.workloads.ddp_run", "run_ddp"),
-             "engine": ("swinkit.workloads.engine_run", "run_engine")}
+LAUNCHERS = {"ddp": ("swinkit.runs.ddp_run", "run_ddp"),
+             "engine": ("swinkit.runs.engine_run", "run_engine")}
 
 
 def _replace_launch(monkeypatch, which, outcome):

@@ -171,7 +171,7 @@ def test_epoch_boundary_does_not_restart_the_loader(test_cfg):
 def test_loader_workers_beyond_the_cores_are_skipped_with_the_reason(monkeypatch):
     """Loaders x max(workers, 1) processes decoding at once, against the cores: on 2 cores
     1 x 2 fits, 2 x 1 fits, 2 x 2 and 1 x 4 do not; 2 x 0 (the ranks decode) fits."""
-    from swinkit.workloads import loader_throughput as lt
+    from swinkit.components import loader_throughput as lt
     monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     fits = {(ws, w): lt.workers_oversubscribe(ws, w) is None

@@ -16,7 +16,7 @@ from conftest import ForeignLoad
 from swinkit.cli import main
 from swinkit.launch import LaunchConfig, launch
 from swinkit.measure.phases import BLAME_KEYS, PHASES
-from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 from swinkit.injection import Injection, parse_injection
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_result_records_buckets_clock_and_utilisation(baselines):
 def test_clock_offset_estimate_finds_a_known_skew(no_orphans):
     """Rank 1's clock shifted by +0.25 s: the ping-pong estimate recovers +0.25 within its
     error bound (a sign or half-trip mistake would miss it by far more)."""
-    out = launch("swinkit.workloads.selftest:clock_offset_check", {"skew_s": 0.25},
+    out = launch("swinkit.rank.selftest:clock_offset_check", {"skew_s": 0.25},
                  LaunchConfig(world_size=2, wall_timeout_s=120), quiet=True).result["ranks"][0]
     assert out["offset_s"][0] == 0.0
     assert out["offset_s"][1] == pytest.approx(0.25, abs=out["error_s"][1] + 1e-4)
@@ -129,9 +129,9 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
     with ForeignLoad() as load:
         hit = _run(data_root, 2, Injection(**values, ranks=ranks, every=2), iters=10)
     idle = load.cores <= 0.05   # NaN (unreadable) counts as busy
-    assert hit.get("paired") is not None, "no injected iteration had a clean neighbour"
+    assert hit.get("injection_effect") is not None, "no injected iteration had a clean neighbour"
     # what a failure needs to be read: every iteration's time and flags, per rank
-    paired = {**hit["paired"], "foreign_cores": load.cores,
+    paired = {**hit["injection_effect"], "foreign_cores": load.cores,
               "iterations_ms": {r["rank"]: [round(1e3 * t) for t in r["iteration"]]
                                 for r in hit["ranks"]},
               "injected": hit["ranks"][-1]["injected"]}
@@ -178,13 +178,13 @@ def test_comm_scale_adds_what_the_isolated_allreduce_says(data_root, no_orphans)
     hit = _run(data_root, 2, Injection(comm_scale=COMM_SCALE, every=2), iters=10)
     elems = [b // 4 for b in hit["bucket_sizes_bytes"]]
     extra = [int(e * (COMM_SCALE - 1)) for e in elems]
-    iso = launch("swinkit.workloads.allreduce:allreduce_rank",
+    iso = launch("swinkit.components.allreduce:allreduce_rank",
                  dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
                       sizes={"preset_buckets": extra, "segmentor_flat": [sum(extra)]}),
                  LaunchConfig(world_size=2, wall_timeout_s=300), quiet=True).result["ranks"][0]
     import statistics
     isolated = statistics.median(iso["times"]["preset_buckets/fp32"])
-    growth = hit["paired"]["growth_s"]["exposed_comm"]
+    growth = hit["injection_effect"]["growth_s"]["exposed_comm"]
     assert 0.5 * isolated <= growth <= 1.3 * isolated, (growth, isolated)
 
 

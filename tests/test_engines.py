@@ -13,11 +13,11 @@ import json
 import pytest
 import torch
 
-from swinkit.engines import traffic
-from swinkit.engines.collectives import CollectiveRecorder, message_bytes
-from swinkit.engines.dp_parts import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
+from swinkit.attribution import traffic
+from swinkit.rank.engine_collectives import CollectiveRecorder, message_bytes
+from swinkit.rank.dp_parts import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
                                       scatter_bytes, split_batch, tensor_tree_bytes)
-from swinkit.engines.spec import (EngineSpec, EngineUnavailable, check_dp_devices,
+from swinkit.runs.engine_spec import (EngineSpec, EngineUnavailable, check_dp_devices,
                                   spec_for_key)
 from swinkit.measure.clocks import HostClock
 from swinkit.measure.timeline import Timeline, phase_durations
@@ -168,7 +168,7 @@ def test_module_bytes_from_the_parameter_list():
 
 
 def test_segdataparallel_scatter_and_gather_on_cpu():
-    from swinkit.engines.dp import CopyLog, SegDataParallel
+    from swinkit.rank.dp import CopyLog, SegDataParallel
     copies = CopyLog()
     dp = SegDataParallel(torch.nn.Linear(2, 2), copies=copies)
     copies.begin()
@@ -184,7 +184,7 @@ def test_segdataparallel_scatter_and_gather_on_cpu():
 # ----------------------------------------------------------------- the engine switch
 
 def _run_spec(world_size=1, **kw):
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs.ddp_run import DDPRunSpec
     return DDPRunSpec(preset="test", world_size=world_size, **kw)
 
 
@@ -291,7 +291,7 @@ def test_message_bytes_conventions():
 
 
 def test_rounds_and_bytes_from_a_timeline():
-    from swinkit.workloads.engine_result import comm_rounds, gradient_collectives
+    from swinkit.runs.engine_result import comm_rounds, gradient_collectives
 
     def it(marks, collectives):
         return {"marks": marks, "collectives": collectives}
@@ -319,7 +319,7 @@ DS_ITERATION = {"marks": [["start", 0.0], ["data_wait", 1.0], ["forward", 1.3],
 
 
 def test_engine_call_spans_skip_the_recorders_marks():
-    from swinkit.workloads.engine_result import engine_call_spans
+    from swinkit.runs.engine_result import engine_call_spans
     spans = engine_call_spans(DS_ITERATION, [[1, 2, 5, 6]])
     assert spans == pytest.approx({"forward": 0.3, "backward": 0.5, "step": 0.1})
     # two micro-steps of one optimizer step add up
@@ -336,7 +336,7 @@ def test_ds_cross_check_compares_deepspeeds_events_with_the_timeline_not_host_sp
     """On GPU the engine calls return once their kernels are queued: host spans around them
     (10 ms here) are launch time, DeepSpeed's timers (CUDA events) device time. The check must
     set DeepSpeed's timers against the timeline's CUDA-event spans of the same calls."""
-    from swinkit.workloads.engine_result import ds_cross_check
+    from swinkit.runs.engine_result import ds_cross_check
     rank = {"rank": 0, "warmup": 1, "clock": {"kind": "cuda_events"},
             "timeline": [{"marks": [], "collectives": []}, DS_ITERATION],
             "ds_timers": [{"fwd": 0.30, "bwd": 0.50, "step": 0.10}],
@@ -353,7 +353,7 @@ def test_ds_cross_check_compares_deepspeeds_events_with_the_timeline_not_host_sp
 def test_dataparallel_loader_gets_the_workers_of_n_ranks():
     """DDP gives each of N ranks the preset's workers; DataParallel's one loader feeds the same
     N devices, so it gets N times as many."""
-    from swinkit.engines.dp import loader_workers
+    from swinkit.rank.dp import loader_workers
     assert loader_workers(4, 4) == {"per_device": 4, "devices": 4, "total": 16}
     assert loader_workers(0, 8)["total"] == 0
     with pytest.raises(ValueError, match="workers must be an integer >= 0"):
@@ -363,7 +363,7 @@ def test_dataparallel_loader_gets_the_workers_of_n_ranks():
 
 
 def test_engine_block_states_the_worker_budget_of_one_step():
-    from swinkit.workloads.engine_result import engine_block
+    from swinkit.runs.engine_result import engine_block
     it = {"marks": [["start", 0.0], ["data_wait", 0.1], ["forward", 0.4], ["backward", 0.9],
                     ["optimizer", 1.0]], "collectives": []}
     dp = {"world_size": 4, "images_per_rank": 2, "warmup": 0,
@@ -379,7 +379,7 @@ def test_engine_block_states_the_worker_budget_of_one_step():
 def test_dataparallel_peak_memory_of_every_device():
     """Device 0 holds the gathered outputs and the optimizer, but a replica's device can peak
     higher; every device is reported and the largest is the engine's peak."""
-    from swinkit.engines.dp import device_peaks
+    from swinkit.rank.dp import device_peaks
     allocated, reserved = {0: 5 * 2**30, 1: 7 * 2**30}, {0: 6 * 2**30, 1: 8 * 2**30}
     peaks = device_peaks([0, 1], allocated.__getitem__, reserved.__getitem__)
     assert peaks["peak_bytes"] == 7 * 2**30 and peaks["peak_reserved_bytes"] == 8 * 2**30
@@ -391,7 +391,7 @@ def test_dataparallel_peak_memory_of_every_device():
 
 
 def test_compare_table_lists_rows_and_skips():
-    from swinkit.engines.compare import compare_figure, compare_table
+    from swinkit.report.engine_compare import compare_figure, compare_table
     row = {"engine": "zero1", "world_size": 2, "grad_accum": 1, "iter_s": 0.2, "efficiency": 0.8,
            "blame_s": {"forward": 0.1, "exposed_comm": 0.05}, "message_bytes": 2**21,
            "wire_bytes_per_rank": 2**20, "comm_rounds_per_step": 1, "comm_per_image_s": 0.01,
@@ -406,7 +406,7 @@ def test_compare_table_lists_rows_and_skips():
 
 def test_bench_engines_shape_and_skips():
     from benchmarks import bench_engines
-    from swinkit.workloads.sweep import Sweep
+    from swinkit.runs.sweep import Sweep
     for cls in (bench_engines.Engine, bench_engines.GradAccum):
         assert len(cls.params) == len(cls.param_names)
         assert cls.params[0] == [1, 2, 4, 8]
@@ -446,7 +446,7 @@ WORKERS = 1
 
 def _engine(data_root, engine, world_size, zero=None, grad_accum=1, iters=ITERS, warmup=WARMUP,
             workers=WORKERS, overrides=None):
-    from swinkit.workloads.engine_run import run_engine
+    from swinkit.runs.engine_run import run_engine
     run = _run_spec(world_size, iters=iters, warmup=warmup, workers=workers,
                     data_root=str(data_root), overrides=dict(overrides or {}))
     spec = EngineSpec(engine=engine, zero=zero, grad_accum=grad_accum, run=run)
@@ -590,7 +590,7 @@ def test_grad_accum_communicates_once_per_optimizer_step(data_root, zero, rounds
 
 @pytest.mark.slow
 def test_ddp_grad_accum_one_allreduce_round_per_step(data_root):
-    from swinkit.engines.spec import _ddp_has_grad_accum
+    from swinkit.runs.engine_spec import _ddp_has_grad_accum
     if not _ddp_has_grad_accum():
         pytest.skip("this checkout's DDP loop has no grad_accum")
     runs = {k: _engine(data_root, "ddp", 2, grad_accum=k, iters=2, warmup=1) for k in (1, 2, 4)}
@@ -628,8 +628,8 @@ def test_vanilla_forward_spans_and_bytes_with_cpu_stand_ins(monkeypatch):
     """The vanilla loop's real code with CPU stand-ins for the CUDA-only primitives (replicate
     broadcasts and parallel_apply threads need GPUs): each copy is a blocking record on the
     timeline with its bytes, marked exposed_comm; the replicas' forward is forward."""
-    from swinkit.engines import dp_vanilla
-    from swinkit.engines.dp import CopyLog
+    from swinkit.rank import dp_vanilla
+    from swinkit.rank.dp import CopyLog
 
     class Seg(torch.nn.Module):
         def __init__(self):
@@ -682,7 +682,7 @@ def test_an_engine_track_process_imports_no_torch(tmp_path):
     import sys
     from pathlib import Path
 
-    from swinkit.workloads.sweep import Sweep
+    from swinkit.runs.sweep import Sweep
     pytest.importorskip("asv_runner")
     # the shape of bench_engines' shared setup_cache: plain dicts of Sweeps
     cache = {"engines": Sweep(results={("ddp", 1): {"engine": {"step_s": 0.25}}}),
@@ -706,7 +706,7 @@ def test_deepspeed_builds_no_shm_op_on_start():
     pytest.importorskip("deepspeed")
     import importlib
 
-    from swinkit.engines.deepspeed_rank import _skip_shm_op
+    from swinkit.rank.deepspeed import _skip_shm_op
     ds_torch = importlib.import_module("deepspeed.comm.torch")
     original = ds_torch.build_shm_op
     try:

@@ -218,7 +218,7 @@ def test_asv_environment_gets_every_dependency(both):
 def test_asv_conf_loads_and_names_no_missing_repository():
     asv_config = pytest.importorskip("asv.config")
     conf = asv_config.Config.load(str(ROOT / "asv.conf.json"))
-    from swinkit.asv_suite import read_conf
+    from swinkit.run_suite import read_conf
     assert read_conf()["install_command"] == conf.install_command  # swinkit's reader agrees
     # the page's project link: https://github.com/swinkit/swinkit does not exist, so none
     # (asv's "#") until swinkit has a public repository

@@ -47,7 +47,7 @@ from conftest import asv_result_values
 from swinkit.data.errors import CorruptSampleError
 from swinkit.data.loader import LoaderError, batches, build_dataset, build_loader
 from swinkit.launch import LaunchConfig, LaunchError, launch
-from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_corrupt_sample_in_loader_benchmark_is_named(data_copy, no_orphans):
     _, seg = _sample_paths(data_copy, 1)
     seg.write_bytes(b"")
     with pytest.raises(LaunchError) as info:
-        launch("swinkit.workloads.loader_throughput:loader_rank",
+        launch("swinkit.components.loader_throughput:loader_rank",
                dict(preset="test", data_root=str(data_copy), workers=0, batches=8),
                LaunchConfig(world_size=2, pg_timeout_s=10, wall_timeout_s=120), quiet=True)
     assert f"{seg}: file is empty" in info.value.diagnosis.summary
@@ -164,7 +164,7 @@ def test_out_of_memory_names_rank_and_batch(no_orphans):
 
 
 def test_a_failed_sweep_entry_does_not_stop_the_rest():
-    from swinkit.workloads.sweep import Sweep
+    from swinkit.runs.sweep import Sweep
 
     def oom():
         raise MemoryError("simulated")
@@ -195,8 +195,8 @@ def test_nvml_absent_records_null_with_one_warning():
 def test_gpu_only_parameters_skip_with_a_reason():
     import torch
 
-    from swinkit.workloads.forward_backward import model_sweep
-    from swinkit.workloads.sweep import plan_world_sizes
+    from swinkit.components.forward_backward import model_sweep
+    from swinkit.runs.sweep import plan_world_sizes
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert "needs 1 GPUs; this machine has 0" in plan_world_sizes([1], backend="nccl")[1]

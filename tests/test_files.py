@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from swinkit.files import RunLock, write_json_atomic
+from swinkit.result_files import RunLock, write_json_atomic
 
 
 def test_write_replaces_whole_file(tmp_path):
@@ -31,7 +31,7 @@ def test_killed_writer_leaves_old_or_new(tmp_path):
     """A writer SIGKILLed while writing many times: the file always parses."""
     path = tmp_path / "r.json"
     write_json_atomic(path, {"v": -1})
-    code = ("import sys; from swinkit.files import write_json_atomic\n"
+    code = ("import sys; from swinkit.result_files import write_json_atomic\n"
             "for i in range(100000): write_json_atomic(sys.argv[1], {'v': i, 'pad': 'x' * 20000})")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)])
     seen = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from swinkit.workloads import forward_backward as fb
+from swinkit.components import forward_backward as fb
 
 
 @pytest.mark.parametrize("device, dtype, tf32, expected", [

@@ -63,7 +63,7 @@ def table(request):
 
 
 def _ddp(data_root, world_size, preset="test", iters=20, warmup=3, **kw):
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     spec = DDPRunSpec(preset=preset, world_size=world_size, iters=iters, warmup=warmup,
                       workers=0, data_root=str(data_root), **kw)
     return run_ddp(spec, progress=lambda s: None)
@@ -115,8 +115,8 @@ def test_thesis_preset_iteration_at_one_rank(data_root):
 @pytest.mark.parametrize("world_size", world_sizes())
 def test_nccl_allreduce_of_the_buckets_is_correct(world_size):
     from swinkit.launch import LaunchConfig, launch
-    from swinkit.workloads.allreduce import summarize_rank0
-    res = launch("swinkit.workloads.allreduce:allreduce_rank",
+    from swinkit.components.allreduce import summarize_rank0
+    res = launch("swinkit.components.allreduce:allreduce_rank",
                  {"samples": 3, "warmup": 1, "bare_iters": 3, "preset": "test"},
                  LaunchConfig(world_size=world_size, wall_timeout_s=300)).result["ranks"][0]
     wrong = sum(res["wrong"].values())
@@ -133,7 +133,7 @@ def test_nccl_allreduce_of_the_buckets_is_correct(world_size):
 def test_injection_is_recovered_on_the_injected_phase(data_root, inject, key):
     from swinkit.injection import parse_injection
     r = _ddp(data_root, 1, iters=12, warmup=4, injection=parse_injection(inject))
-    paired = r["paired"]
+    paired = r["injection_effect"]
     kind = inject.split("_")[0]
     # data_ms sleeps in the loader (per image, 2 per batch); the others are measured on the
     # device (the sleep kernel's own events), the figure recovery is held to
@@ -180,6 +180,6 @@ def test_other_engines_run_at_one_gpu(engine, tmp_path, data_root):
 @requires_gpu(1)
 def test_selftest_allreduce_runs_on_nccl():
     from swinkit.launch import LaunchConfig, launch
-    run = launch("swinkit.workloads.selftest:allreduce_loop", {"steps": 2},
+    run = launch("swinkit.rank.selftest:allreduce_loop", {"steps": 2},
                  LaunchConfig(world_size=GPUS, wall_timeout_s=120))
     assert row(f"self-test all-reduce on NCCL, N={GPUS}", "ran", "no error", run is not None)

@@ -192,7 +192,7 @@ def test_cold_event_timing_starts_after_the_arrival_all_reduce(one_rank_group):
     import torch
     import torch.distributed as dist
 
-    from swinkit.workloads.collective_timing import _cold_events
+    from swinkit.rank.collective_timing import _cold_events
     log = []
     dev = FakeDevice()
 

@@ -59,7 +59,7 @@ class FakeRank:
 
 
 def test_selftest_tensors_live_where_the_backend_reduces():
-    from swinkit.workloads.selftest import collective_device
+    from swinkit.rank.selftest import collective_device
     assert collective_device("nccl", 3) == torch.device("cuda", 3)
     assert collective_device("gloo", 3) == torch.device("cpu")
     with pytest.raises(ValueError, match="backend must be one of"):
@@ -67,7 +67,7 @@ def test_selftest_tensors_live_where_the_backend_reduces():
 
 
 def test_selftest_allreduce_runs_on_the_worlds_device(one_rank_group):
-    from swinkit.workloads.selftest import allreduce_loop
+    from swinkit.rank.selftest import allreduce_loop
     rank = FakeRank()
     out = allreduce_loop(rank, steps=2, numel=8, pause_s=0.0)
     assert out["device"] == "cpu" and len(out["allreduce_s"]) == 2 and rank.beats == [0, 1]
@@ -79,7 +79,7 @@ def test_clock_offsets_ping_pong_on_a_gloo_group_not_the_world(one_rank_group, m
     import torch.distributed as dist
 
     from swinkit.measure import clocks
-    from swinkit.workloads.selftest import clock_offset_check
+    from swinkit.rank.selftest import clock_offset_check
     seen = {}
 
     def fake_estimate(rank, world, group=None, rounds=8, now=None):
@@ -97,9 +97,9 @@ def test_selftest_entries_run_on_nccl(no_orphans):
     from swinkit.launch import LaunchConfig, launch
     lc = LaunchConfig(world_size=1, wall_timeout_s=180)
     assert lc.resolved_backend() == "nccl"
-    out = launch("swinkit.workloads.selftest:allreduce_loop", {"steps": 2}, lc, quiet=True)
+    out = launch("swinkit.rank.selftest:allreduce_loop", {"steps": 2}, lc, quiet=True)
     assert out.result["ranks"][0]["device"] == "cuda:0"
-    clock = launch("swinkit.workloads.selftest:clock_offset_check", {}, lc, quiet=True)
+    clock = launch("swinkit.rank.selftest:clock_offset_check", {}, lc, quiet=True)
     assert clock.result["ranks"][0]["offset_s"] == [0.0]
 
 
@@ -118,7 +118,7 @@ class RecordingModel(torch.nn.Module):
 
 
 def test_train_moves_the_model_to_the_configured_device(monkeypatch):
-    from swinkit.workloads import train
+    from swinkit.components import train
     monkeypatch.setattr(train, "build_segmentor", lambda cfg: RecordingModel())
     model = train.build_model(SimpleNamespace(device="cuda"), cuda_available=True)
     assert model.moved_to == [torch.device("cuda")]
@@ -127,7 +127,7 @@ def test_train_moves_the_model_to_the_configured_device(monkeypatch):
 
 
 def test_train_refuses_cuda_without_a_gpu_rather_than_falling_back():
-    from swinkit.workloads.train import train_device
+    from swinkit.components.train import train_device
     with pytest.raises(ValueError, match="'cuda' asked for"):
         train_device(SimpleNamespace(device="cuda"), cuda_available=False)
     with pytest.raises(ValueError, match="device must be"):
@@ -137,7 +137,7 @@ def test_train_refuses_cuda_without_a_gpu_rather_than_falling_back():
 @requires_gpu()
 def test_train_runs_on_the_gpu(data_root):
     from swinkit.config import load_config
-    from swinkit.workloads.train import build_model, train
+    from swinkit.components.train import build_model, train
     cfg = load_config("test", data_root, device="cuda")
     model = build_model(cfg)
     assert next(model.parameters()).device.type == "cuda"
@@ -232,7 +232,7 @@ def test_setup_plan_cli_with_a_cuda_torch_present(tmp_path):
 def test_pinned_remedy_makes_the_copy_asynchronous(data_root):
     """Pinned memory only overlaps the copy with compute when the copy does not block."""
     from swinkit.config import load_config
-    from swinkit.workloads.remedies import CATALOGUE
+    from swinkit.experiments.remedies import CATALOGUE
     remedy = CATALOGUE["pinned_persistent"]
     assert remedy.overrides()["config.non_blocking_copy"] is True
     assert remedy.overrides()["config.pin_memory"] is True
@@ -244,8 +244,8 @@ def test_pinned_remedy_makes_the_copy_asynchronous(data_root):
 def test_overhead_compares_loop_clock_with_loop_clock(monkeypatch):
     """The instrumented run's ``iter_s`` comes from the timeline (CUDA events on a GPU), the
     bare run's from the loop clock: the ratio must use ``loop_iteration`` for both."""
-    from swinkit.workloads import overhead
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.experiments import overhead
+    from swinkit.runs.ddp_run import DDPRunSpec
 
     def fake_run(spec, progress=None):
         bare = [[1.0, 1.2, 1.1], [1.3, 1.1, 1.2]]

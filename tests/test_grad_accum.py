@@ -175,8 +175,8 @@ def _result(step, comm=0.01, k=1):
 def test_compare_rows_one_row_per_engine_world_size_and_k():
     """Efficiency compares the same engine at the same K: 0.4 / 0.5 = 0.8 at K=2, not the
     K=1 run's 0.2 / 0.5."""
-    from swinkit.engines.compare import compare_table
-    from swinkit.workloads.engine_run import compare_rows
+    from swinkit.report.engine_compare import compare_table
+    from swinkit.runs.engine_run import compare_rows
     runs = {"results": {("ddp", 1, 1): _result(0.2), ("ddp", 2, 1): _result(0.25),
                         ("ddp", 1, 2): _result(0.4, k=2), ("ddp", 2, 2): _result(0.5, k=2)},
             "skipped": {("zero2", 2, 2): "DeepSpeed not installed"}, "failed": {}}
@@ -191,8 +191,8 @@ def test_compare_rows_one_row_per_engine_world_size_and_k():
 
 def test_every_k_is_validated_before_any_run(monkeypatch):
     """A K that cannot run fails before the K=1 runs launch, not after them."""
-    from swinkit.workloads import engine_run
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs import engine_run
+    from swinkit.runs.ddp_run import DDPRunSpec
     launched = []
     monkeypatch.setattr(engine_run, "run_engine", lambda spec, **kw: launched.append(spec))
     with pytest.raises(ValueError, match="grad_accum must be an integer >= 1, got 0"):

@@ -22,9 +22,9 @@ import torch
 from swinkit.measure.contention import (HIGH_PRIORITY, POOL_SIZE, SIDE_STREAMS, CommLoad,
                                         SideStreams, load_stream)
 from swinkit.injection import Injection
-from swinkit.workloads.delays import (GATE, CudaSleep, DelayMeter, HostSpin, calibrate_sleep_rate,
+from swinkit.rank.delays import (GATE, CudaSleep, DelayMeter, HostSpin, calibrate_sleep_rate,
                                       per_iteration)
-from swinkit.workloads.inject import CudaDelayedLaunch, ThreadDelayedLaunch, add_compute_delay
+from swinkit.rank.inject import CudaDelayedLaunch, ThreadDelayedLaunch, add_compute_delay
 
 REQUESTED_S = 0.02
 

@@ -24,7 +24,7 @@ import pytest
 
 from swinkit.launch import LaunchConfig, LaunchError, free_port, launch
 
-ENTRY = "swinkit.workloads.selftest:allreduce_loop"
+ENTRY = "swinkit.rank.selftest:allreduce_loop"
 FAST = dict(pg_timeout_s=5.0, join_timeout_s=5.0, wall_timeout_s=60.0)
 
 
@@ -186,7 +186,7 @@ def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_o
 # A supervisor that launches 2 ranks looping for minutes (allreduce_loop, 0.05 s per step).
 _LAUNCH_FOREVER = (
     "from swinkit.launch import LaunchConfig, launch\n"
-    "launch('swinkit.workloads.selftest:allreduce_loop', {'steps': 100000},\n"
+    "launch('swinkit.rank.selftest:allreduce_loop', {'steps': 100000},\n"
     "       LaunchConfig(world_size=2, wall_timeout_s=600), quiet=True)\n")
 
 
@@ -385,7 +385,7 @@ def test_environment_records_cpu_affinity(monkeypatch):
     """A SLURM task confined to fewer cores than the machine shows in the result."""
     import os
 
-    from swinkit.workloads.ddp_run import environment
+    from swinkit.runs.ddp_run import environment
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 2}, raising=False)
     assert environment()["cpu_affinity"] == {"count": 2, "cpus": [2, 5]}
 
@@ -433,7 +433,7 @@ def test_a_run_spec_states_its_world_size_once():
     from dataclasses import replace
 
     from swinkit.launch import LaunchConfig
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs.ddp_run import DDPRunSpec
     spec = DDPRunSpec(world_size=2, launch=LaunchConfig(world_size=2, pg_timeout_s=30.0))
     moved = replace(spec, world_size=4).launch_config()
     assert (moved.world_size, moved.pg_timeout_s) == (4, 30.0)

@@ -135,3 +135,35 @@ def test_a_function_over_60_lines_says_why():
                         line.strip().startswith("# Long:") for line in body):
                     unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert unexplained == []
+
+
+# What each layer may not import: the process boundary (a rank never reaches up to what
+# launches it) and the numbers/rendering layers kept free of anything that launches or trains.
+FORBIDDEN = {
+    "rank": {"runs", "experiments", "components", "cli", "launch", "report", "attribution"},
+    "measure": {"rank", "runs", "experiments", "components", "cli", "launch", "report"},
+    "runs": {"experiments", "components", "cli", "report"},
+    "components": {"experiments", "cli", "report"},
+    "experiments": {"cli"},
+    "attribution": {"rank", "runs", "experiments", "components", "cli", "launch", "report",
+                    "model", "data"},
+    "report": {"rank", "runs", "experiments", "components", "cli", "launch", "model", "data"},
+}
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """``a.b.c -> x.y`` pairs where a's top-level package may not import x's.
+
+    >>> layer_violations({"swinkit.rank.ddp": {"swinkit.runs.sweep", "swinkit.measure.x"}})
+    ['swinkit.rank.ddp -> swinkit.runs.sweep']
+    """
+    def layer(m):
+        return m.split(".")[1] if m.count(".") else m
+    return sorted(f"{m} -> {d}" for m, deps in edges.items() for d in deps
+                  if layer(d) in FORBIDDEN.get(layer(m), ()))
+
+
+def test_imports_follow_the_layers():
+    mods = modules()
+    known = set(mods)
+    assert layer_violations({m: imports_of(p, known) for m, p in mods.items()}) == []

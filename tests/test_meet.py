@@ -1,4 +1,4 @@
-"""Local steps meet the other ranks where DDP would hold them (swinkit.workloads.meet), and the
+"""Local steps meet the other ranks where DDP would hold them (swinkit.rank.meet), and the
 oracle's inputs leave those waits out: it replays them itself."""
 import pytest
 
@@ -20,9 +20,9 @@ def test_local_steps_meet_at_ddps_blocking_points_and_the_costs_leave_the_wait_o
     of each step meets before its forward (DDP's buffer sync), the second after its backward
     (DDP's last all-reduce). Rank 0, ready first, waits at the first for rank 1's loading; its
     forward in the oracle's costs is its own compute, without that wait."""
-    from swinkit.workloads.components import costs
-    from swinkit.workloads.ddp_options import DDPOptions
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.runs.component_costs import costs
+    from swinkit.ddp_options import DDPOptions
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     from swinkit.injection import Injection
     delay_s = 2 * DATA_MS / 1e3
     out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, local=True,

@@ -7,8 +7,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.measure import ddp_hooks
-from swinkit.workloads.paired_launch import Switch
-from swinkit.workloads.ddp_options import DDPOptions
+from swinkit.rank.step_switch import Switch
+from swinkit.ddp_options import DDPOptions
 
 
 class _Clock:

@@ -17,7 +17,7 @@ from swinkit.measure import ddp_hooks, sync_bn
 from swinkit.measure.clocks import HostClock, make_clock
 from swinkit.measure.timeline import Timeline
 from swinkit.model.cpu_syncbn import CpuSyncBatchNorm, _CpuSyncBatchNormFunction
-from swinkit.workloads.paired_launch import Switch, sync_batch_norms
+from swinkit.rank.step_switch import Switch, sync_batch_norms
 
 
 def _conv_module(c_in: int, c_out: int, norm: nn.Module) -> nn.Sequential:
@@ -186,7 +186,7 @@ def test_paired_run_keeps_syncbn_on_the_timeline_and_out_of_the_local_steps(data
     gathers and 11 reduces; the local steps record none (SyncBN over the group of one); the
     contention loop ends on both ranks (each used to decide alone when to stop); the
     components time SyncBN's collectives for the oracle; and a world of one records none."""
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
     def run(world_size, paired):
         spec = DDPRunSpec(preset="test", world_size=world_size, iters=4, warmup=2, workers=0,

@@ -11,8 +11,8 @@ import pytest
 from swinkit.attribution.oracle import rank_correlation, simulate
 from swinkit.attribution.overlap import overlap_backward
 from swinkit.attribution.whatif import judge
-from swinkit.workloads.ddp_options import DDPOptions
-from swinkit.workloads.remedies import CATALOGUE, DEFAULT, select
+from swinkit.ddp_options import DDPOptions
+from swinkit.experiments.remedies import CATALOGUE, DEFAULT, select
 
 
 def _rank(rank, data, fwd=0.2, bwd=0.3, tail=0.01, opt=0.05, other=0.01, ready=(0.1, 0.3)):
@@ -104,7 +104,7 @@ def test_with_accumulation_only_the_first_micro_batch_meets_at_the_buffer_sync()
 def test_results_from_before_the_broadcast_split_still_give_costs():
     # comm of a component run stored before buffer_sync existed: a broadcast was timed (so
     # the ranks met), or not
-    from swinkit.workloads.components import costs
+    from swinkit.runs.component_costs import costs
     timeline = {"marks": [["begin", 0.0], ["forward", 0.1]], "collectives": []}
     for timed, met in ((0.001, True), (0.0, False)):
         rank = {"rank": 0, "timeline": [timeline],
@@ -235,7 +235,7 @@ def test_a_miss_that_the_runs_own_launch_predicts_is_blamed_on_the_launches():
 def test_powersgd_payload_follows_torch_compression_rule():
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
-    from swinkit.workloads.components import POWERSGD_MIN_COMPRESSION_RATE, powersgd_payload
+    from swinkit.rank.components import POWERSGD_MIN_COMPRESSION_RATE, powersgd_payload
     shapes = [[64, 32, 3, 3], [64], [2, 2], [128, 16]]
     rank = 4
     unc = p = q = 0
@@ -268,7 +268,7 @@ def test_catalogue_names_and_selection():
 
 
 def test_remedy_applies_to_a_spec_and_keeps_whole_steps():
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs.ddp_run import DDPRunSpec
     spec = DDPRunSpec(preset="test", world_size=2, iters=9, warmup=3)
     out = CATALOGUE["accum_4"].apply(spec, preset_workers=0)
     assert (out.iters, out.warmup, out.ddp.grad_accum) == (12, 4, 4)
@@ -289,7 +289,7 @@ def test_bad_ddp_options_name_the_field(options, field):
 
 
 def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.injection import Injection
     with pytest.raises(ValueError, match="multiples of grad_accum"):
         DDPRunSpec(preset="test", world_size=1, iters=5, warmup=2,
@@ -310,7 +310,7 @@ def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
 def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
     """grad_accum=2 at N=2: only every second micro-batch has gradient buckets on the
     timeline, and each such micro-batch reduces every gradient byte once."""
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2,
                              ddp=DDPOptions(grad_accum=2)))
     for rank in out["ranks"]:
@@ -326,7 +326,7 @@ def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
 def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
     """bf16_hook at N=1 and 2: the predictions are on disk before the runs, and each row has
     both numbers and the efficiencies."""
-    from swinkit.workloads.whatif_run import what_if
+    from swinkit.experiments.whatif_run import what_if
     path = tmp_path / "pred.json"
     seen = []
 
@@ -355,8 +355,8 @@ def test_one_remedy_predicted_then_run_end_to_end(tmp_path):
 def test_components_measure_contention_beside_the_local_loop(no_orphans):
     """At N=2 the component run times backward with the bucket all-reduces beside it and the
     all-reduces beside backward; the extra iterations stay out of the local run's results."""
-    from swinkit.workloads.components import costs
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.runs.component_costs import costs
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=3, warmup=1, local=True))
     for rank in out["ranks"]:
         c = rank["contention"]
@@ -371,7 +371,7 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
 
 
 def test_paired_schedule_alternates_whole_optimizer_steps():
-    from swinkit.workloads.paired_launch import schedule
+    from swinkit.rank.step_switch import schedule
     # warm-up 2 DDP iterations, then steps of k=2 alternating, 4 iterations of each kind; the
     # index counts its own kind, so the second micro-batch of each step (odd index) syncs
     assert schedule(2, 4, 2, paired=True) == [
@@ -419,8 +419,9 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     from."""
     import torch
 
-    from swinkit.workloads.components import module_buffers, predict_from
-    from swinkit.workloads.ddp_run import DDPRunSpec, run_ddp
+    from swinkit.rank.components import module_buffers
+    from swinkit.runs.component_costs import predict_from
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True)
     out = run_ddp(spec)
     for rank in out["ranks"]:
@@ -474,7 +475,7 @@ def test_remedies_run_only_where_asked_and_the_baseline_everywhere(monkeypatch):
     """remedy_world_sizes=[2]: bf16_hook is predicted and run at N=2 only, the baseline at 1
     and 2 (N=1 stays the efficiency reference). The components and DDP runs are stand-ins that
     record which (hook, world size) they were given."""
-    from swinkit.workloads import whatif_run
+    from swinkit.experiments import whatif_run
     calls = []
 
     def fake_run(spec, progress=print):

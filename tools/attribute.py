@@ -69,7 +69,7 @@ def get_parser() -> argparse.ArgumentParser:
 def _comma_ints(name: str):
     """An argparse ``type``: the option parsed once, where argparse reports a bad value (exit 2)."""
     def parse(text: str) -> list[int]:
-        from swinkit.checks import int_list
+        from swinkit.input_checks import int_list
         try:
             return int_list(name, text)
         except ValueError as exc:
@@ -80,16 +80,16 @@ def _comma_ints(name: str):
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.list_remedies:
-        from swinkit.workloads.remedies import CATALOGUE, DEFAULT
+        from swinkit.experiments.remedies import CATALOGUE, DEFAULT
         for name, remedy in CATALOGUE.items():
             print(f"{name:20s}{'*' if name in DEFAULT else ' '} {remedy.what}")
         print("* run by default (asv's bench_whatif; --what-if default)")
         return 0
     from swinkit.attribution.analysis import analyse
     from swinkit.attribution.inputs import InputError, from_asv
-    from swinkit.workloads.attribution_run import from_run
+    from swinkit.experiments.attribution_run import from_run
     from swinkit.launch import LaunchError
-    from swinkit.files import write_json_atomic
+    from swinkit.result_files import write_json_atomic
     from swinkit.report.page import write_html
     from swinkit.report.text import text_report
     from swinkit.injection import parse_injection
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         remedies = None
         if args.what_if and args.run:
-            from swinkit.workloads.remedies import select
+            from swinkit.experiments.remedies import select
             remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
             inputs = from_run(args.preset, args.world_sizes,
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "-b bench_whatif` first, or use --run --what-if")
             report.update(stored)
         if remedies is not None:
-            from swinkit.workloads.whatif_run import what_if
+            from swinkit.experiments.whatif_run import what_if
             predictions = (Path(args.json).with_suffix(".predictions.json") if args.json
                            else ROOT / "results" / "what-if.predictions.json")
             report.update(what_if(args.preset, args.world_sizes, remedies,
@@ -163,12 +163,12 @@ def _engines(args) -> int:
     """--run --engine: the same workload under each engine, side by side (table, JSON, figure)."""
     from swinkit.attribution.grad_accum import summarize
     from swinkit.launch import LaunchError
-    from swinkit.engines.compare import compare_figure, compare_table
-    from swinkit.engines.spec import COMPARED
-    from swinkit.files import write_json_atomic
+    from swinkit.report.engine_compare import compare_figure, compare_table
+    from swinkit.runs.engine_spec import COMPARED
+    from swinkit.result_files import write_json_atomic
     from swinkit.report.text import grad_accum_lines
-    from swinkit.workloads.ddp_run import DDPRunSpec
-    from swinkit.workloads.engine_run import compare_rows, run_engines_by_k
+    from swinkit.runs.ddp_run import DDPRunSpec
+    from swinkit.runs.engine_run import compare_rows, run_engines_by_k
 
     keys = list(COMPARED) if args.engine == "all" else [k.strip() for k in args.engine.split(",")]
     unknown = [k for k in keys if k not in COMPARED]

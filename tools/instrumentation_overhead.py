@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from swinkit.workloads.ddp_run import DDPRunSpec
-from swinkit.workloads.overhead import instrumentation_overhead
+from swinkit.runs.ddp_run import DDPRunSpec
+from swinkit.experiments.overhead import instrumentation_overhead
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
           f" per iteration: instrumentation costs {100 * result['overhead']:+.2f} % (per-pair range "
           f"{100 * result['overhead_interval'][0]:+.2f} to {100 * result['overhead_interval'][1]:+.2f} %)")
     if args.json:
-        from swinkit.files import write_json_atomic
+        from swinkit.result_files import write_json_atomic
         write_json_atomic(args.json, result)
     return 0
 

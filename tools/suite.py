@@ -35,7 +35,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def publish() -> Path:
     """``asv publish`` of the stored results; the HTML folder."""
-    from swinkit.asv_suite import read_conf
+    from swinkit.run_suite import read_conf
     print("$ asv publish", flush=True)
     cmd = [sys.executable, "-m", "asv", "--config", str(ROOT / "asv.conf.json"), "publish"]
     if subprocess.run(cmd, cwd=ROOT).returncode != 0:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     run_code = 0
     if not args.publish_only:
-        from swinkit.asv_suite import run_suite
+        from swinkit.run_suite import run_suite
         try:
             html, run_code = run_suite(args.bench, args.quick)
         except RuntimeError as e:

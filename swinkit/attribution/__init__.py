@@ -10,9 +10,10 @@
     inputs.py       measurements read from asv's stored results
     asv_names.py    the benchmark ids read here (checked against benchmarks/ by a test)
     blame.py        each wait charged to the rank and phase that caused it
-    paired.py       an injection's cost from injected and clean neighbouring iterations
+    neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run
+    traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
 """

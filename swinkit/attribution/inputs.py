@@ -3,7 +3,7 @@
 :class:`Inputs` holds per world size a :class:`~swinkit.attribution.loss_split.Measured` DDP
 iteration and the :class:`~swinkit.attribution.prediction.Isolated` component costs, plus
 metadata; :func:`from_asv` fills it from a results folder (a fresh sweep fills the same thing:
-``swinkit.workloads.attribution_run``). Corrupt or partial asv result files are skipped and
+``swinkit.experiments.attribution_run``). Corrupt or partial asv result files are skipped and
 named, never fatal.
 """
 from __future__ import annotations

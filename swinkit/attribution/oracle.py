@@ -1,7 +1,7 @@
 """The iteration replayed rank by rank from components measured in the run's own launch, as
 DDP would interleave them (the report prefers this to :mod:`~swinkit.attribution.prediction`).
 
-The components come from :mod:`swinkit.workloads.components`: each rank's training loop with
+The components come from :mod:`swinkit.rank.components`: each rank's training loop with
 nothing communicated (phases, and when each gradient bucket became ready), and the collectives
 timed on their own, all measured under the co-location of the run predicted. This module
 replays one optimizer step after another on every rank, the way DDP synchronises them, in the
@@ -45,7 +45,7 @@ STEPS = 6  # replayed optimizer steps; the period is read from the last two (ste
 
 
 def simulate(costs: dict, launch_delay_s: dict[int, float] | None = None) -> dict:
-    """Replay ``costs`` (see :func:`swinkit.workloads.components.costs`); ``launch_delay_s``:
+    """Replay ``costs`` (see :func:`swinkit.runs.component_costs.costs`); ``launch_delay_s``:
     per rank, seconds each bucket's all-reduce is launched after it is ready (an injection).
 
     Returns ``predicted_iter_s`` (per micro-batch), ``predicted_step_s`` and

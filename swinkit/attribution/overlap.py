@@ -13,7 +13,7 @@ rank's backward is an amount of work (seconds when alone), each bucket's all-red
 ``compute_rate`` seconds of work per second, and while any rank computes the all-reduce
 progresses at ``comm_rate``; otherwise at 1. Both rates are measured, not fitted: the
 component run times backward with all-reduces running beside it, and all-reduces with
-backward running beside them (:mod:`swinkit.workloads.components`). With both rates 1 the
+backward running beside them (:mod:`swinkit.rank.components`). With both rates 1 the
 model is the contention-free replay: a bucket starts when the last rank has it ready and the
 previous one is done, and takes its isolated time.
 

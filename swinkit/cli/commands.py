@@ -26,7 +26,7 @@ from pathlib import Path
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
 from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from swinkit.library_output import send_library_logs_to_stderr
+from swinkit.quiet_libraries import send_library_logs_to_stderr
 
 
 
@@ -114,7 +114,7 @@ def _config(args):
 
 
 def _describe(args) -> int:
-    from swinkit.workloads.describe import describe
+    from swinkit.runs.describe import describe
     info = describe(_config(args))
     if args.json:
         print(json.dumps(info, indent=2))
@@ -127,7 +127,7 @@ def _describe(args) -> int:
 
 
 def _train(args) -> int:
-    from swinkit.workloads.train import train
+    from swinkit.components.train import train
     result = train(_config(args), iters=args.iters, threads=args.threads)
     s = result.summary()
     print(f"median iteration {s['median_iter_s']:.3f} s; mean loss {s['first_half_mean_loss']:.4f}"
@@ -159,10 +159,10 @@ def _ddp(args) -> int:
         from swinkit.cli.engines import engine_command
         return engine_command(args)
     from swinkit.cli.launch import launch_and_report, run_spec
-    from swinkit.files import write_json_atomic
+    from swinkit.result_files import write_json_atomic
     from swinkit.measure.timeline import chrome_trace
     from swinkit.report.ddp_table import ddp_table
-    from swinkit.workloads.ddp_run import run_ddp
+    from swinkit.runs.ddp_run import run_ddp
 
     spec = run_spec(args)
 

@@ -16,7 +16,7 @@ ALL = "all"
 
 def engine_command(args) -> int:
     from swinkit.cli.launch import launch_and_report, run_spec
-    from swinkit.engines.spec import ENGINES, EngineSpec, EngineUnavailable
+    from swinkit.runs.engine_spec import ENGINES, EngineSpec, EngineUnavailable
 
     if args.engine not in ENGINES + (ALL,):
         raise ValueError(f"engine must be one of {', '.join(ENGINES + (ALL,))}; got {args.engine!r}")
@@ -32,9 +32,9 @@ def engine_command(args) -> int:
     except EngineUnavailable as exc:
         print(f"swinkit ddp --engine {args.engine}: cannot run here: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from swinkit.engines.compare import engine_table
+    from swinkit.report.engine_compare import engine_table
     from swinkit.report.ddp_table import ddp_table
-    from swinkit.workloads.engine_run import run_engine
+    from swinkit.runs.engine_run import run_engine
 
     def report(result) -> int:
         table = ddp_table(result)
@@ -51,10 +51,10 @@ def engine_command(args) -> int:
 
 
 def _all(args, run) -> int:
-    from swinkit.engines.compare import compare_figure, compare_table
-    from swinkit.engines.spec import COMPARED
-    from swinkit.files import write_json_atomic
-    from swinkit.workloads.engine_run import compare_rows, run_engines
+    from swinkit.report.engine_compare import compare_figure, compare_table
+    from swinkit.runs.engine_spec import COMPARED
+    from swinkit.result_files import write_json_atomic
+    from swinkit.runs.engine_run import compare_rows, run_engines
 
     if args.zero is not None:
         raise ValueError("--zero with --engine all: the comparison runs ZeRO-1 and ZeRO-2")

@@ -39,9 +39,9 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_spec(args):
-    """The :class:`~swinkit.workloads.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
+    """The :class:`~swinkit.runs.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
     from swinkit.launch import LaunchConfig
-    from swinkit.workloads.ddp_run import DDPRunSpec
+    from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.injection import parse_injection
     launch = LaunchConfig(
         world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
@@ -65,7 +65,7 @@ def launch_and_report(args, label: str, run: Callable[[], dict | None],
     ranks did not include rank 0 (``run()`` returns None) says so and returns 0.
     """
     from swinkit.launch import LaunchError
-    from swinkit.files import RunLock, write_json_atomic
+    from swinkit.result_files import RunLock, write_json_atomic
     try:
         # Multi-node runs share the JSON path across hosts, where a pid means nothing: no lock.
         locked = args.json_path and args.nnodes == 1

@@ -15,7 +15,7 @@ import numpy as np
 from mmseg.datasets import ADE20KDataset
 from mmseg.registry import DATASETS
 
-from swinkit.checks import check_int
+from swinkit.input_checks import check_int
 from swinkit.data.errors import CorruptSampleError
 from swinkit.faults import LOADER_KINDS, current_fault
 

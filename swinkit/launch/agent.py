@@ -15,7 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from swinkit.launch.rank import rank_main
-from swinkit.files import write_json_atomic
+from swinkit.result_files import write_json_atomic
 
 
 def _signal_name(exitcode: int) -> str | None:

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from swinkit.faults import FAULT_ENV, RANK_KINDS, current_fault
-from swinkit.files import write_json_atomic
+from swinkit.result_files import write_json_atomic
 
 COMM_ERROR_HINTS = ("connection closed", "connection reset", "timed out", "timeout", "gloo",
                     "nccl", "broken pipe", "socket", "store", "barrier", "peer")

@@ -33,13 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swinkit.checks import check_int, check_positive_number
+from swinkit.input_checks import check_int, check_positive_number
 from swinkit.launch.diagnose import Diagnosis, diagnose
 from swinkit.launch.network import (check_gloo_ifname, check_local_addr, gloo_socket_env,
                                   host_interfaces)
 from swinkit.launch.terminate import sigterm_raises
 from swinkit.faults import FAULT_ENV, parse_fault
-from swinkit.files import write_json_atomic
+from swinkit.result_files import write_json_atomic
 
 KILL_GRACE_S = 5.0
 

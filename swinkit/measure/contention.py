@@ -22,7 +22,7 @@ Every rank's thread must issue the same collectives, so after each round the thr
 to go on (an all-reduce of a flag, MIN over ranks) until any rank's loop has finished.
 
 On CUDA the load's collectives are issued from a stream of its own, and so are injected comm
-delays (:mod:`swinkit.workloads.inject`): :class:`SideStreams` makes each such stream once, from
+delays (:mod:`swinkit.rank.inject`): :class:`SideStreams` makes each such stream once, from
 the high-priority pool, never from the default pool that ProcessGroupNCCL's streams and the
 streams of futures' callbacks are drawn from, round robin. A side stream that happened to be a
 communicator's stream would make its work queue behind, and hold up, unrelated collectives.

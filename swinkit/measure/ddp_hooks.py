@@ -6,7 +6,7 @@ world size, sum) with three marks per bucket: ``ready`` (DDP handed the bucket t
 gradients are computed), ``arrive`` (the collective was launched: the same moment unless a
 launcher delays it) and ``done`` (the reduced bucket is back; on GPU a CUDA event recorded in
 the future's callback, which runs on a stream that waited for the collective). The launcher is
-pluggable so an injection can delay or enlarge the collective itself (swinkit.workloads.inject).
+pluggable so an injection can delay or enlarge the collective itself (swinkit.rank.inject).
 
 DDP's view: with ``_set_ddp_runtime_logging_sample_rate(1)``, ``_get_ddp_logging_data()`` holds
 running averages (ns) of forward compute, backward compute, backward comm and their overlap;
@@ -86,7 +86,7 @@ def local_launch(bucket, group, record, clock) -> torch.futures.Future:
 
 
 def hook_launcher(comm_hook: str | None, powersgd_rank: int = 1, group=None, local: bool = False):
-    """The launcher for a :class:`~swinkit.workloads.ddp_options.DDPOptions` ``comm_hook``;
+    """The launcher for a :class:`~swinkit.ddp_options.DDPOptions` ``comm_hook``;
     ``local``: DDP runs over a group of one, and without a hook nothing is sent at all."""
     if comm_hook is None:
         return local_launch if local else plain_launch

@@ -22,7 +22,7 @@ from swinkit.measure.clocks import NullClock
 from swinkit.measure.phases import PHASES
 
 # A barrier swinkit adds to local steps where DDP would make the ranks meet
-# (swinkit.workloads.meet): a wait the oracle replays, not work of the phase it fell in.
+# (swinkit.rank.meet): a wait the oracle replays, not work of the phase it fell in.
 MEET = "meet"
 
 

@@ -7,5 +7,6 @@
     html.py         the page's building blocks: escaping, tables, embedded figures, its style
     html_run.py     the page's sections on the run: scaling, blame, lost time, straggler, oracle
     html_advice.py  its sections on what to do: recommendations, what-ifs, accumulation, loader
+    engine_compare.py  engines side by side: one table, one figure
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swinkit.files import write_text_atomic
+from swinkit.result_files import write_text_atomic
 from swinkit.report import html_advice, html_run
 from swinkit.report.figures import figures
 from swinkit.report.html import document, esc, section

@@ -1,0 +1,8 @@
+"""The isolated components, one module each: its rank-side function and its sweep side by side
+(each configuration runs in a fresh process, so a reader finds all of one measurement here).
+
+    allreduce.py          the gradient all-reduce in isolation, flat and as DDP buckets
+    forward_backward.py   SwinV2 forward/backward in one process; MFU
+    loader_throughput.py  the data loader's throughput, N loaders at once
+    train.py              a short single-process training run
+"""

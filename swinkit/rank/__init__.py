@@ -1,0 +1,21 @@
+"""What runs inside one rank's process: the training loops under each engine and everything
+they put on their timeline. Nothing here launches a process or reads another rank's result.
+
+    ddp.py                the instrumented DDP iteration (the loop)
+    ddp_setup.py          what a DDP rank builds before its loop
+    step_switch.py        a paired launch: DDP and local steps of one model in one launch
+    meet.py               local steps that meet where DDP would hold the ranks
+    rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop
+    inject.py             known costs put into a rank (data, forward, comm)
+    delays.py             delays that occupy the device and measure what they took
+    components.py         the components of a DDP iteration, measured where they run
+    collective_timing.py  collectives timed alone over the run's ranks
+    deepspeed.py          the DeepSpeed (ZeRO 0/1/2) rank loop, DeepSpeed's timers beside it
+    dp.py                 torch.nn.DataParallel (one process, N GPUs): the loop
+    dp_parts.py           DataParallel's pure parts: batch split, loss gather, copy bytes
+    dp_vanilla.py         the same from torch.nn.parallel primitives, each one timed
+    engine_collectives.py every collective of an engine's comm backend on the timeline
+    devices.py            whether the machine has the devices an engine needs
+    selftest.py           a light workload for testing the harness itself
+    errors.py             workload failures named (out of memory with rank and batch)
+"""

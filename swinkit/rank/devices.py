@@ -1,0 +1,27 @@
+"""Whether this machine has the devices an engine's ranks need: asked by the run's spec before
+any process starts and by the rank itself (a direct call gets the same clear error).
+Imports no torch until asked."""
+from __future__ import annotations
+
+from swinkit.input_checks import check_int
+
+
+class EngineUnavailable(ValueError):
+    """The engine cannot run on this machine (the message says why); asv skips it."""
+
+
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_dp_devices(world_size: int, gpus: int | None = None) -> None:
+    """DataParallel drives ``world_size`` GPUs from one process; EngineUnavailable otherwise."""
+    check_int("world_size", world_size)
+    gpus = gpu_count() if gpus is None else gpus
+    if gpus == 0:
+        raise EngineUnavailable("DataParallel needs CUDA GPUs (one process drives N of them; at "
+                                "least 2 to communicate); this machine has none")
+    if world_size > gpus:
+        raise EngineUnavailable(f"DataParallel at world size {world_size} needs {world_size} "
+                                f"GPUs; this machine has {gpus}")

@@ -1,0 +1,12 @@
+"""The supervisor's side of a run: what to launch (specs checked before any process starts),
+launching it on N ranks, and aggregating what the ranks measured; sweeps over world sizes.
+
+    ddp_run.py       the DDP iteration on N ranks: phases, blame, straggler, DDP's timers
+    ddp_sweep.py     the DDP iteration across world sizes
+    engine_spec.py   which engine runs the workload (ddp, deepspeed + ZeRO, dp, dp-vanilla)
+    engine_run.py    the same workload under DeepSpeed / DataParallel, and their sweeps
+    engine_result.py what engines differ in, read from a result
+    component_costs.py the component costs of a local/paired run; the oracle's prediction
+    sweep.py         world-size sweeps: what can run here, and what each gave
+    describe.py      the workload as data: what a preset trains, what a step costs
+"""

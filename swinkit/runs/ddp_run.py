@@ -1,0 +1,235 @@
+"""Run the instrumented DDP iteration on N ranks and aggregate what they measured: phases
+(where time went), blame (why), the straggler, and DDP's own timers as a cross-check."""
+from __future__ import annotations
+
+import dataclasses
+
+import os
+import platform
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from swinkit.config import load_config
+from swinkit.data.loader import ensure_data
+from swinkit.launch import LaunchConfig, launch
+from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.attribution.blame import resolution as blame_resolution
+from swinkit.attribution.neighbours import injection_effect
+from swinkit.input_checks import check_int
+from swinkit.measure.aggregate import aggregate_phases, cross_check
+from swinkit.measure.phases import PHASES
+from swinkit.ddp_options import DDPOptions
+from swinkit.injection import Injection
+
+ENTRY = "swinkit.rank.ddp:ddp_rank"
+COMPONENT_ENTRY = "swinkit.rank.components:component_rank"  # for ``local`` specs
+
+
+@dataclass(frozen=True)
+class DDPRunSpec:
+    preset: str = "test"
+    world_size: int = 2
+    iters: int = 10
+    warmup: int = 3
+    workers: int | None = None
+    injection: Injection = field(default_factory=Injection)
+    data_root: str | None = None
+    overrides: dict = field(default_factory=dict)
+    trace_dir: str | None = None
+    bare: bool = False
+    launch: LaunchConfig | None = None
+    ddp_timers: bool | None = None   # DDP's reducer timers (default: CPU only; they sync on GPU)
+    ddp: DDPOptions = field(default_factory=DDPOptions)
+    local: bool = False              # communicate nothing: the component measurement
+    # DDP and local iterations alternating in one launch: the run and its components measured
+    # together (``out["local_run"]`` holds the components; see
+    # swinkit.rank.step_switch.schedule)
+    paired: bool = False
+
+    def launch_config(self) -> LaunchConfig:
+        """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
+        ``world_size``, the one place a run's world size is stated (a changed world size needs
+        no second edit of ``launch``)."""
+        if self.launch is None:
+            return LaunchConfig(world_size=self.world_size)
+        return dataclasses.replace(self.launch, world_size=self.world_size)
+
+    def validate(self):
+        """Everything checkable before a process starts; ValueError names field and value."""
+        check_int("iters", self.iters, 1)
+        check_int("warmup", self.warmup, 0)
+        if self.local and self.paired:
+            raise ValueError("local and paired exclude each other (paired runs local "
+                             "iterations beside the DDP ones)")
+        if self.paired and self.bare:
+            raise ValueError("paired needs the timeline (it is the components' measurement); "
+                             "bare has none")
+        if self.workers is not None:
+            check_int("workers", self.workers, 0)
+        self.ddp.validate()
+        k = self.ddp.grad_accum
+        if self.iters % k or self.warmup % k:
+            raise ValueError(f"iters ({self.iters}) and warmup ({self.warmup}) must be multiples "
+                             f"of grad_accum ({k}): measured iterations are whole optimizer steps")
+        if self.ddp.comm_hook == "powersgd" and self.warmup < 2 * k:
+            # PowerSGD compresses from its 2nd synchronising step on (torch needs DDP's bucket
+            # rebuild behind it): earlier measured steps would send the uncompressed gradients
+            raise ValueError(f"warmup ({self.warmup}) must be at least 2 x grad_accum ({2 * k}) "
+                             "with comm_hook powersgd: PowerSGD starts compressing at its "
+                             "second optimizer step, which must lie in the warm-up")
+        if self.ddp.comm_hook and (self.injection.comm_ms > 0 or self.injection.comm_scale > 1):
+            raise ValueError(f"comm_hook {self.ddp.comm_hook} cannot be combined with a comm "
+                             "injection (both replace the bucket's collective)")
+        lc = self.launch_config().validate()
+        total = lc.world_size * lc.nnodes
+        bad = [r for r in (self.injection.ranks or ()) if r >= total]
+        if bad:
+            raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
+        cfg = load_config(self.preset, self.data_root, self.overrides)
+        workers = cfg.loader_workers if self.workers is None else self.workers
+        if self.injection.every > 1 and self.injection.data_ms > 0 and workers > 0:
+            raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
+                             f"workers 0 (got {workers}): workers load ahead, out of step with "
+                             "the iterations")
+        # The backend decides the device: gloo ranks run on CPU whatever the preset says.
+        device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
+        return load_config(self.preset, self.data_root, self.overrides, device=device), lc
+
+
+def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
+    """Launch, measure, aggregate. Raises ValueError (bad spec) or LaunchError (a rank failed).
+    Returns None on a node of a multi-node run that did not host rank 0."""
+    cfg, lc = spec.validate()
+    ensure_data(cfg, progress=progress)  # written once here, not raced by the ranks
+    kwargs = dict(preset=spec.preset, iters=spec.iters, warmup=spec.warmup, workers=spec.workers,
+                  inject=spec.injection.to_dict(), data_root=cfg.data_root,
+                  overrides=dict(spec.overrides), device=cfg.device,
+                  trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
+                  ddp_options=spec.ddp.to_dict(), local=spec.local)
+    components = spec.local or spec.paired
+    if components:
+        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
+    run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
+                 quiet=quiet)
+    if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
+        return None
+    ranks = run.result["ranks"]
+    world = lc.world_size * lc.nnodes
+    out = {
+        "world_size": world, "nnodes": lc.nnodes, "backend": lc.resolved_backend(),
+        "device": ranks[0]["device"], "preset": spec.preset, "iterations": spec.iters,
+        "warmup": spec.warmup, "bare": spec.bare, "injection": spec.injection.to_dict(),
+        "injection_text": spec.injection.describe() if spec.injection.active else None,
+        "threads_per_rank": lc.threads_per_rank, "loader_workers": ranks[0]["loader_workers"],
+        "images_per_rank": cfg.images_per_rank, "crop_size": list(cfg.crop_size),
+        "bucket_sizes_bytes": ranks[0]["bucket_sizes_bytes"],
+        "ddp_options": spec.ddp.changed(), "local": spec.local,
+        "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
+        "environment": environment(),
+        "wall_s": run.wall_s, "ranks": ranks,
+    }
+    out.update(step_times(ranks, spec.ddp.grad_accum))
+    if spec.bare:
+        out["iter_s"] = statistics.median(statistics.median(r["iteration"]) for r in ranks)
+        return out
+    out.update(aggregate_phases(ranks, PHASES))
+    out["ddp_cross_check"] = cross_check(ranks)
+    timelines = {r["rank"]: r["timeline"] for r in ranks}
+    blame = compute_blame(timelines, spec.warmup,
+                          resolution_s=blame_resolution([r["clock"] for r in ranks]))
+    out.update(summarize_blame(blame))
+    out["injected_measured_s"] = injected_measured(ranks)
+    if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
+        out["injection_effect"] = injection_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
+                                      {r["rank"]: r["injected"] for r in ranks})
+    annotate(timelines)  # sync_wait / transfer on every blocking collective, for the trace
+    out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
+    out["clock"] = _clock_summary(ranks)
+    if spec.paired:
+        out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
+    return out
+
+
+def injected_measured(ranks: list[dict]) -> dict[str, float]:
+    """Per injection kind, what one requested delay measured on the device (the median over
+    the injected ranks of each one's median call): the amount recovery is held to, not the
+    requested figure (a sleep kernel's clock moves under load).
+
+    >>> injected_measured([{"injected_call_s": {"compute": 0.25}},
+    ...                    {"injected_call_s": {"compute": 0.75, "comm": None}}, {}])
+    {'compute': 0.5}
+    """
+    calls: dict[str, list[float]] = {}
+    for r in ranks:
+        for name, seconds in (r.get("injected_call_s") or {}).items():
+            if seconds is not None:
+                calls.setdefault(name, []).append(seconds)
+    return {name: statistics.median(v) for name, v in calls.items()}
+
+
+def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
+    """A paired run's local iterations in the shape of a ``local`` run's result (what
+    :func:`swinkit.runs.component_costs.costs` reads): no warm-up, the DDP ones warmed up."""
+    local_ranks = [{**{k: r[k] for k in ("rank", "comm", "contention") if k in r},
+                    **r["local"]} for r in ranks]
+    return {"world_size": out["world_size"], "warmup": 0, "grad_accum": grad_accum,
+            "ranks": local_ranks, "bucket_sizes_bytes": out["bucket_sizes_bytes"],
+            "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
+            **step_times(local_ranks, grad_accum)}
+
+
+def step_times(ranks: list[dict], grad_accum: int) -> dict:
+    """``step_s``: the median optimizer step (``grad_accum`` consecutive iterations summed,
+    median per rank, median across ranks); ``per_batch_s`` = step_s / grad_accum, comparable
+    with a run without accumulation (a median over iterations would pick the cheap no_sync
+    micro-batches and miss the all-reduce)."""
+    k = grad_accum
+    per_rank = []
+    for r in ranks:
+        it = r["iteration"]
+        per_rank.append(statistics.median(sum(it[i:i + k]) for i in range(0, len(it) - k + 1, k)))
+    step = statistics.median(per_rank)
+    return {"grad_accum": k, "step_s": step, "per_batch_s": step / k}
+
+
+def _clock_summary(ranks: list[dict]) -> dict:
+    """How the ranks' timelines were made comparable, and how well (seconds)."""
+    clocks = [r["clock"] for r in ranks]
+    return {"kind": clocks[0].get("kind"), "same_host": clocks[0]["same_host"],
+            "hosts": clocks[0]["hosts"],
+            "offsets_applied_s": [c["applied_offset_s"] for c in clocks],
+            "offsets_estimated_s": [c["estimated_offset_s"] for c in clocks],
+            "offset_error_s": max(c["error_s"] for c in clocks),
+            # host clocks' drift between the estimates before and after the run (applied
+            # across hosts), and the GPU event-to-host mapping's error
+            "drift_ppm": [c.get("drift_ppm") for c in clocks],
+            "alignment_error_s": max((c.get("alignment_error_s") or 0.0) for c in clocks),
+            "blame_resolution_s": blame_resolution(clocks)}
+
+
+def environment() -> dict:
+    """What asv's machine info lacks: library versions, accelerators, and the CPUs this run
+    could use (``cpu_count`` is the machine's; ``cpu_affinity`` is what the ranks got)."""
+    cuda = torch.cuda.is_available()
+    return {
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "cpu_count": os.cpu_count(), "cpu_affinity": cpu_affinity(),
+        "python": platform.python_version(), "platform": platform.platform(),
+    }
+
+
+def cpu_affinity() -> dict | None:
+    """The CPUs this process may run on, which its ranks and loader workers inherit.
+
+    A batch scheduler can confine a task to fewer cores than the machine has (SLURM's default
+    is one CPU per task): ranks and loaders then share them, ``data_wait`` grows and blame
+    names the loader. Recorded so such a run shows it. None where the OS has no affinity API.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"count": len(cpus), "cpus": cpus}

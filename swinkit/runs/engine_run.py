@@ -1,0 +1,204 @@
+"""The same workload under every engine: dispatch an :class:`~swinkit.runs.engine_spec.EngineSpec`,
+aggregate what its ranks measured in swinkit's vocabulary, and add what engines differ in:
+bytes moved per iteration, gradient-communication rounds per optimizer step, communication per
+image, peak memory and model-state bytes per rank.
+
+    ddp          swinkit.runs.ddp_run.run_ddp, unchanged (its JSON, plus ``engine``)
+    deepspeed    ranks launched like DDP's (swinkit.launch), entry swinkit.rank.deepspeed
+    dp, dp-vanilla  one process driving N GPUs, entry swinkit.rank.dp
+
+Every result carries the DDP result's fields that describe an iteration (``phases_s``,
+``iter_s``, ``blame_s``, ...) and an ``engine`` block (see :func:`engine_block`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.data.loader import ensure_data
+from swinkit.launch import LaunchConfig, launch
+from swinkit.runs.engine_spec import (COMPARED, EngineSpec, EngineUnavailable, spec_for_key)
+from swinkit.measure.aggregate import aggregate_phases
+from swinkit.measure.phases import PHASES
+from swinkit.runs.engine_result import ds_cross_check, engine_block
+from swinkit.runs.ddp_run import _clock_summary, environment, run_ddp
+
+DS_ENTRY = "swinkit.rank.deepspeed:deepspeed_rank"
+DP_ENTRY = "swinkit.rank.dp:dp_rank"
+
+
+def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
+    """Validate (ValueError, EngineUnavailable), launch, aggregate; LaunchError if a rank fails."""
+    spec.validate()
+    if spec.engine == "ddp":
+        result = run_ddp(spec.ddp_spec(), quiet=quiet, run_dir=run_dir, progress=progress)
+        if result is None:
+            return None
+        result["engine"] = engine_block(spec, result)
+        return result
+    cfg, lc = spec.run.validate()
+    ensure_data(cfg, progress=progress)
+    common = dict(preset=spec.run.preset, iters=spec.run.iters, warmup=spec.run.warmup,
+                  workers=spec.run.workers, data_root=cfg.data_root,
+                  overrides=dict(spec.run.overrides), device=cfg.device,
+                  grad_accum=spec.grad_accum)
+    if spec.engine == "deepspeed":
+        kwargs = dict(common, zero=spec.zero_stage, ds_timers=spec.ds_timers,
+                      comm_pass_iters=spec.comm_pass_iters)
+        env = {"DS_ACCELERATOR": "cuda" if cfg.device == "cuda" else "cpu"}
+        run = launch(DS_ENTRY, kwargs, lc, run_dir=run_dir, env=env, quiet=quiet)
+        world = lc.world_size * lc.nnodes
+        backend = lc.resolved_backend()
+    else:
+        kwargs = {k: v for k, v in common.items() if k != "device"}
+        kwargs.update(n_devices=spec.run.world_size, vanilla=spec.engine == "dp-vanilla")
+        one = LaunchConfig(world_size=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
+                           wall_timeout_s=lc.wall_timeout_s, pg_timeout_s=lc.pg_timeout_s,
+                           join_timeout_s=lc.join_timeout_s)
+        run = launch(DP_ENTRY, kwargs, one, run_dir=run_dir, quiet=quiet)
+        world = spec.run.world_size
+        backend = "cuda copies (one process)"
+    if run.result is None:
+        return None
+    ranks = run.result["ranks"]
+    out = {
+        "world_size": world, "nnodes": lc.nnodes, "backend": backend,
+        "device": ranks[0]["device"], "preset": spec.run.preset, "iterations": spec.run.iters,
+        "warmup": spec.run.warmup, "bare": False, "injection": spec.run.injection.to_dict(),
+        "injection_text": None, "threads_per_rank": lc.threads_per_rank,
+        "loader_workers": ranks[0]["loader_workers"], "images_per_rank": cfg.images_per_rank,
+        "crop_size": list(cfg.crop_size),
+        "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
+        "environment": environment(), "wall_s": run.wall_s, "ranks": ranks,
+    }
+    out.update(aggregate_phases(ranks, PHASES))
+    timelines = {r["rank"]: r["timeline"] for r in ranks}
+    blame = compute_blame(timelines, spec.run.warmup)
+    out.update(summarize_blame(blame))
+    annotate(timelines)
+    out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
+    out["clock"] = _clock_summary(ranks)
+    if spec.engine == "deepspeed":
+        out["ds_cross_check"] = ds_cross_check(ranks)
+    out["engine"] = engine_block(spec, out)
+    return out
+
+
+# ----------------------------------------------------------------- what engines differ in
+
+
+# ----------------------------------------------------------------- several engines
+
+def run_engines(keys, world_sizes, run, grad_accum: int = 1, progress=print, quiet=True,
+                **spec_kw) -> dict:
+    """Every engine key at every world size: ``{(key, ws): result}`` plus the reasons for what
+    did not run (``{"skipped": {(key, ws): reason}, "failed": {...}}``)."""
+    from swinkit.launch import LaunchError
+    results, skipped, failed = {}, {}, {}
+    for ws in world_sizes:
+        base = dataclasses.replace(run, world_size=ws)
+        for key in keys:
+            spec = spec_for_key(key, base, grad_accum=grad_accum, **spec_kw)
+            try:
+                spec.validate()
+            except EngineUnavailable as exc:
+                skipped[(key, ws)] = str(exc)
+                progress(f"  {key}, world size {ws}: skipped: {exc}")
+                continue
+            where = f"{key}, world size {ws}" + (f", K={grad_accum}" if grad_accum > 1 else "")
+            progress(f"  {where}: {run.warmup} + {run.iters} optimizer steps")
+            try:
+                results[(key, ws)] = run_engine(spec, quiet=quiet, progress=progress)
+            except LaunchError as exc:
+                failed[(key, ws)] = exc.diagnosis.summary
+                progress(f"  {where}: FAILED: {exc.diagnosis.summary}")
+    return {"results": results, "skipped": skipped, "failed": failed}
+
+
+def run_engines_by_k(keys, world_sizes, run, ks, progress=print, quiet=True, **spec_kw) -> dict:
+    """:func:`run_engines` at each gradient accumulation K, keyed ``(key, ws, K)``. Every spec
+    is validated first, so a K that cannot run fails (ValueError) before any process starts,
+    not after the smaller K's runs."""
+    for k in ks:
+        for ws in world_sizes:
+            base = dataclasses.replace(run, world_size=ws)
+            for key in keys:
+                spec = spec_for_key(key, base, grad_accum=k, **spec_kw)
+                try:
+                    spec.validate()
+                except EngineUnavailable:
+                    continue  # run_engines records it as skipped, with the reason
+                (spec.ddp_spec() if spec.engine == "ddp" else spec.run).validate()
+    out = {"results": {}, "skipped": {}, "failed": {}}
+    for k in ks:
+        runs = run_engines(keys, world_sizes, run, grad_accum=k, progress=progress, quiet=quiet,
+                           **spec_kw)
+        for part, values in runs.items():
+            out[part].update({(key, ws, k): v for (key, ws), v in values.items()})
+    return out
+
+
+def compare_rows(runs: dict) -> list[dict]:
+    """One row per (engine, world size[, K]) that ran: iteration, efficiency against the same
+    engine (and K) at world size 1, blame, bytes, memory. Keys are ``(key, ws)`` from
+    :func:`run_engines` or ``(key, ws, K)`` from :func:`run_engines_by_k`."""
+    results = runs["results"]
+    rows = []
+
+    def order(item):
+        key, ws, *k = item[0]
+        return ws, COMPARED.index(key) if key in COMPARED else 99, k
+    for (key, ws, *k), r in sorted(results.items(), key=order):
+        base = results.get((key, 1, *k))
+        eng = r["engine"]
+        rows.append({
+            "engine": key, "world_size": ws, "iter_s": eng["step_s"],
+            "efficiency": base["engine"]["step_s"] / eng["step_s"] if base else None,
+            "blame_s": eng.get("step_blame_s") or eng["step_phases_s"],
+            "message_bytes": eng["traffic"]["message_bytes"],
+            "wire_bytes_per_rank": eng["traffic"]["wire_bytes_per_rank"],
+            "comm_rounds_per_step": eng["traffic"]["comm_rounds_per_step"],
+            "comm_per_image_s": eng["comm_per_image_s"],
+            "wire_bytes_per_image": eng.get("wire_bytes_per_image"),
+            "peak_memory_bytes": eng["peak_memory_bytes"],
+            "optimizer_state_bytes": _state(eng, "optimizer_states"),
+            "grad_accum": eng["grad_accum"],
+        })
+    return rows
+
+
+def _state(eng: dict, key: str):
+    values = [s[key] for s in eng["model_state"].values() if s and s.get(key) is not None]
+    return max(values) if values else None
+
+
+def engine_sweep(preset: str, keys=COMPARED, world_sizes=(1, 2, 4, 8), grad_accum: int = 1,
+                 iters: int = 10, warmup: int = 3, wall_timeout_s: float = 900.0,
+                 progress=print):
+    """A :class:`~swinkit.runs.sweep.Sweep` keyed ``(engine key, world size)``: what this
+    machine cannot run is skipped with the reason (more ranks than cores or GPUs; DataParallel
+    without GPUs; DeepSpeed not installed), a failed run is recorded as failed."""
+    from swinkit.runs.ddp_run import DDPRunSpec
+    from swinkit.runs.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+    sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
+                        "grad_accum": grad_accum, "environment": environment()})
+    plan = plan_world_sizes(world_sizes)
+    for ws in world_sizes:
+        launch_cfg = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
+                                  wall_timeout_s=wall_timeout_s)
+        run = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
+                         launch=launch_cfg)
+        for key in keys:
+            spec = spec_for_key(key, run, grad_accum=grad_accum)
+            if spec.engine not in ("dp", "dp-vanilla") and plan[ws]:
+                sweep.skipped[(key, ws)] = plan[ws]
+                continue
+            try:
+                spec.validate()
+            except EngineUnavailable as exc:
+                sweep.skipped[(key, ws)] = str(exc)
+                continue
+            progress(f"  {key}, preset {preset}, world size {ws}, grad_accum {grad_accum}: "
+                     f"{warmup} + {iters} optimizer steps")
+            sweep.run((key, ws), lambda: run_engine(spec, progress=progress), progress)
+    return sweep
