@@ -130,8 +130,12 @@ def test_strong_scaling_runs_only_what_differs_from_the_weak_runs(monkeypatch):
         return {"iter_s": float(spec.overrides["images_per_rank"])}
     monkeypatch.setattr(module, "run_ddp", fake_run)
     monkeypatch.setattr(module, "environment", lambda: {})
-    monkeypatch.setattr(module, "plan_world_sizes",
-                        lambda sizes: {ws: None if ws <= 2 else "needs cores" for ws in sizes})
+    from swinkit.runs import sweep
+
+    def plan(sizes, **kwargs):
+        return {ws: None if ws <= 2 else "needs cores" for ws in sizes}
+    monkeypatch.setattr(module, "plan_world_sizes", plan)
+    monkeypatch.setattr(sweep, "plan_world_sizes", plan)
     weak = module.ddp_sweep("test", [1, 2, 4], progress=lambda line: None)
     assert launched == [(1, 2), (2, 2)]
     both = module.with_strong_scaling(weak, "test", [1, 2, 4], progress=lambda line: None)
@@ -149,7 +153,7 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
     older commit's, whose ddp_sweep takes no ``paired``: the setup_cache asks first)."""
     from benchmarks.bench_ddp import ddp_sweep as stand_in
     from benchmarks.common import accepts
-    from swinkit.rank import components
+    from swinkit.runs import component_costs as components
     from swinkit.runs import ddp_sweep as module
     specs = []
 
@@ -173,7 +177,8 @@ def test_paired_sweep_stores_the_prediction_of_each_launch(monkeypatch):
     monkeypatch.setattr(module, "run_ddp", fake_run)
     monkeypatch.setattr(module, "environment", lambda: {})
     monkeypatch.setattr(components, "predict_from", fake_predict)
-    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes: dict.fromkeys(sizes))
+    monkeypatch.setattr("swinkit.runs.sweep.plan_world_sizes", lambda sizes, **kw: dict.fromkeys(sizes))
+    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes, **kw: dict.fromkeys(sizes))
     sweep = module.ddp_sweep("test", [1, 2], paired=True, progress=lambda line: None)
     assert [s.paired for s in specs] == [True, True]
     assert "local_run" not in sweep.get(2)
@@ -209,7 +214,8 @@ def test_a_strong_run_that_runs_out_of_memory_is_skipped_not_failed(monkeypatch)
         return {"iter_s": 1.0}
     monkeypatch.setattr(module, "run_ddp", fake_run)
     monkeypatch.setattr(module, "environment", lambda: {})
-    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes: dict.fromkeys(sizes))
+    monkeypatch.setattr("swinkit.runs.sweep.plan_world_sizes", lambda sizes, **kw: dict.fromkeys(sizes))
+    monkeypatch.setattr(module, "plan_world_sizes", lambda sizes, **kw: dict.fromkeys(sizes))
     both = module.with_strong_scaling(module.ddp_sweep("test", [1, 2], progress=lambda x: None),
                                       "test", [1, 2], progress=lambda line: None)
     with pytest.raises(NotImplementedError, match="does not fit at world size 1.*out of memory"):
@@ -324,3 +330,16 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     pub = asv_scratch(["publish"], timeout=300)
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert (asv_scratch.html / "index.html").exists()
+
+
+def test_sweep_records_what_the_machine_cannot_run_as_skipped(monkeypatch):
+    """Sweep.runnable keeps the world sizes that fit the cores and names the reason for the
+    others under the caller's key (2 cores: 1 and 2 fit, 4 does not without oversubscribing)."""
+    from swinkit.runs import sweep as module
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 2)
+    monkeypatch.delenv(module.OVERSUBSCRIBE_ENV, raising=False)
+    s = module.Sweep()
+    assert s.runnable([1, 2, 4], key=lambda ws: ("ddp", ws), threads_per_rank=1) == [1, 2]
+    assert list(s.skipped) == [("ddp", 4)] and "needs 4 CPU cores" in s.skipped[("ddp", 4)]
+    monkeypatch.setenv(module.OVERSUBSCRIBE_ENV, "1")
+    assert module.Sweep().runnable([1, 2, 4]) == [1, 2, 4]

@@ -175,19 +175,15 @@ def summarize_rank0(result: dict, world: int) -> dict:
 def allreduce_sweep(world_sizes, preset: str = "thesis", samples: int = 5, warmup: int = 1,
                     progress=print):
     """Sweep keyed by world size: :func:`summarize_rank0` of one launch each."""
-    from swinkit.launch import LaunchConfig, launch
-    from swinkit.runs.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+    from swinkit.launch import launch
+    from swinkit.runs.sweep import Sweep, sweep_launch
 
     # 5 samples after 1 warm-up per (layout, dtype): each is a ~0.5 GB reduction, ~1 s on 2
     # CPU cores; asv keeps the samples' spread, so a noisier median shows as such
     sweep = Sweep(meta={"samples": samples, "warmup": warmup, "preset": preset})
-    for ws, reason in plan_world_sizes(world_sizes).items():
-        if reason:
-            sweep.skipped[ws] = reason
-            continue
+    for ws in sweep.runnable(world_sizes):
         progress(f"  all-reduce of the thesis gradients, world size {ws}")
-        cfg = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
-                           wall_timeout_s=1800)
+        cfg = sweep_launch(ws, wall_timeout_s=1800)
 
         def one(ws=ws, cfg=cfg):
             run = launch(f"{__name__}:allreduce_rank", {"samples": samples, "warmup": warmup,

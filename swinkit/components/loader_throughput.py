@@ -60,17 +60,16 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
     """Sweep keyed by (world size, workers) for supply, ``("demand", ws)`` and ``"stages"``."""
     from swinkit.config import load_config
     from swinkit.data.loader import ensure_data
-    from swinkit.launch import LaunchConfig, launch
+    from swinkit.launch import launch
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    from swinkit.runs.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+    from swinkit.runs.sweep import Sweep, plan_world_sizes, sweep_launch
 
     cfg = load_config(preset, device="cpu")
     ensure_data(cfg, progress=progress)
     sweep = Sweep(meta={"preset": preset, "images_per_rank": cfg.images_per_rank})
     sweep.run("stages", lambda: stage_costs(cfg), progress)
     for ws, reason in plan_world_sizes(world_sizes).items():
-        lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
-                          wall_timeout_s=1200)
+        lc = sweep_launch(ws, wall_timeout_s=1200)
         for w in workers:
             if reason or workers_oversubscribe(ws, w):
                 sweep.skipped[(ws, w)] = reason or workers_oversubscribe(ws, w)

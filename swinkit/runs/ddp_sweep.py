@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 from swinkit.config import load_config
-from swinkit.launch import LaunchConfig
 from swinkit.runs.ddp_run import DDPRunSpec, environment, run_ddp
 from swinkit.injection import Injection
-from swinkit.runs.sweep import (WORLD_SIZES, Sweep, oversubscribe_allowed,
-                                     plan_world_sizes)
+from swinkit.runs.sweep import WORLD_SIZES, Sweep, plan_world_sizes, sweep_launch
 
 SCALING = ("weak", "strong")
 
@@ -44,18 +42,13 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
 
     sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup, "scaling": scaling,
                         "injection": injection.to_dict(), "environment": environment()})
-    plan = plan_world_sizes(world_sizes)
-    images = images or images_per_rank(
-        preset, [ws for ws, reason in plan.items() if not reason] or [1], scaling)
-    for ws, reason in plan.items():
-        if reason:
-            sweep.skipped[ws] = reason
-            continue
+    runnable = sweep.runnable(world_sizes)
+    images = images or images_per_rank(preset, runnable or [1], scaling)
+    for ws in runnable:
         progress(f"  DDP iteration, preset {preset}, world size {ws}: {warmup} + {iters} iterations")
-        launch = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
-                              wall_timeout_s=wall_timeout_s)
         spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
-                          workers=workers, injection=injection.for_world_size(ws), launch=launch,
+                          workers=workers, injection=injection.for_world_size(ws),
+                          launch=sweep_launch(ws, wall_timeout_s),
                           overrides={"images_per_rank": images[ws]}, paired=paired)
         sweep.run(ws, lambda: _run(spec, progress), progress)
     return sweep

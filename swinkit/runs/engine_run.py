@@ -179,15 +179,13 @@ def engine_sweep(preset: str, keys=COMPARED, world_sizes=(1, 2, 4, 8), grad_accu
     machine cannot run is skipped with the reason (more ranks than cores or GPUs; DataParallel
     without GPUs; DeepSpeed not installed), a failed run is recorded as failed."""
     from swinkit.runs.ddp_run import DDPRunSpec
-    from swinkit.runs.sweep import Sweep, oversubscribe_allowed, plan_world_sizes
+    from swinkit.runs.sweep import Sweep, plan_world_sizes, sweep_launch
     sweep = Sweep(meta={"preset": preset, "iters": iters, "warmup": warmup,
                         "grad_accum": grad_accum, "environment": environment()})
     plan = plan_world_sizes(world_sizes)
     for ws in world_sizes:
-        launch_cfg = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed(),
-                                  wall_timeout_s=wall_timeout_s)
         run = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
-                         launch=launch_cfg)
+                         launch=sweep_launch(ws, wall_timeout_s))
         for key in keys:
             spec = spec_for_key(key, run, grad_accum=grad_accum)
             if spec.engine not in ("dp", "dp-vanilla") and plan[ws]:

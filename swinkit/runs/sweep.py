@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
-from swinkit.launch import LaunchError  # torch-free (launch supervisor and diagnosis only)
+from swinkit.launch import LaunchConfig, LaunchError  # torch-free (supervisor and diagnosis)
 
 WORLD_SIZES = (1, 2, 4, 8)
 OVERSUBSCRIBE_ENV = "SWINKIT_OVERSUBSCRIBE"
@@ -63,6 +63,13 @@ def plan_world_sizes(world_sizes: Iterable[int], backend: str | None = None,
     return plan
 
 
+def sweep_launch(world_size: int, wall_timeout_s: float) -> LaunchConfig:
+    """The launch of one world size of a sweep: oversubscribed only where the user said so
+    (plan_world_sizes has already skipped what this machine cannot hold otherwise)."""
+    return LaunchConfig(world_size=world_size, allow_oversubscribe=oversubscribe_allowed(),
+                        wall_timeout_s=wall_timeout_s)
+
+
 @dataclass
 class Sweep:
     """Results by key; keys that were skipped or failed carry the reason instead."""
@@ -80,6 +87,18 @@ class Sweep:
         if key in self.failed:
             raise RuntimeError(f"{key}: {self.failed[key]}")
         raise NotImplementedError(f"{key}: {self.skipped.get(key, 'not measured')}")
+
+    def runnable(self, world_sizes: Iterable[int], key: Callable[[int], Hashable] = lambda ws: ws,
+                 threads_per_rank: int = 1) -> list[int]:
+        """The world sizes of ``world_sizes`` this machine can run (:func:`plan_world_sizes`);
+        each other one is recorded as skipped under ``key(ws)``, with the reason."""
+        out = []
+        for ws, reason in plan_world_sizes(world_sizes, threads_per_rank=threads_per_rank).items():
+            if reason:
+                self.skipped[key(ws)] = reason
+            else:
+                out.append(ws)
+        return out
 
     def run(self, key: Hashable, fn: Callable[[], Any], progress=print) -> None:
         """Store ``fn()`` under ``key``; a failed launch is recorded, not raised, so the rest
