@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
-import time
 
 import numpy as np
 
@@ -51,13 +49,14 @@ from swinkit.config import load_config
 from swinkit.data.loader import batches, build_loader
 from swinkit.rank.engine_collectives import CollectiveRecorder
 from swinkit.measure import memory, sync_bn
-from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.clocks import make_clock
-from swinkit.measure.timeline import Timeline, phase_durations
+from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.errors import out_of_memory_named
+from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
+                                   timeline_fields)
 
 ENTRY = "swinkit.rank.deepspeed:deepspeed_rank"
 DS_TIMERS = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step",
@@ -133,8 +132,9 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     logger on) of the preset's segmentor under DeepSpeed ZeRO ``zero``; return this rank's
     measurements (the shape :func:`swinkit.rank.ddp.ddp_rank` returns, plus DeepSpeed's
     timers, comms log, memory and model state)."""
-    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps,
-    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
+    # Long: a rank's whole run in the order it happens (set-up, the step, the measured
+    # window and read-out on the shared skeleton, DeepSpeed's comms pass); kept in one piece so
+    # it reads beside the DDP loop.
     import deepspeed
     import deepspeed.comm as ds_comm
     _quiet_deepspeed()
@@ -169,7 +169,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     sync_bn_modules = sync_bn.record_module_collectives(timeline, model)
     clocks = clock_offsets(rank)
     cpu, nvml = CpuUsage(), NvmlSampler(rank.local_rank) if cuda else None
-    losses, starts, timers, calls = [], [], [], []
+    losses, timers, calls = [], [], []
 
     def step(tl):
         tl.begin()
@@ -197,19 +197,15 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         losses.append(torch.stack(micro).mean())
         calls.append([edges[i:i + 4] for i in range(0, len(edges), 4)])
 
+    window = Window(cpu, nvml, cuda_peaks(cuda))
+
+    def one(n):
+        step(timeline)
+        timers.append(sink.take() if want_timers else None)
     with out_of_memory_named(rank.rank, cfg):
-        for it in range(warmup + iters):
-            if it == warmup:
-                cpu.start()
-                nvml and nvml.start()
-                memory.reset_device_peak(cuda)
-            rank.heartbeat(it)
-            starts.append(time.perf_counter())
-            step(timeline)
-            timers.append(sink.take() if want_timers else None)
-        starts.append(time.perf_counter())
+        starts = run_steps(rank, warmup + iters, warmup, one, window)
         timeline.end()
-        cpu_use, gpu_use = cpu.stop(), nvml.stop() if nvml else None
+        cpu_use, gpu_use = window.stop()
         peak = memory.peak_memory(cuda, baseline_rss)
         inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
         state = memory.model_state(model, inner)
@@ -218,18 +214,14 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         resolved = timeline.resolve(clocks["applied_offset_s"])
         comms = _comms_pass(engine, model, stream, schedulers, comm_pass_iters, grad_accum,
                             ds_comm, rank, warmup + iters)
-    measured = [phase_durations(i) for i in resolved[warmup:]]
+    kept = list(range(warmup, warmup + iters))
     return {
-        "rank": rank.rank, "host": socket.gethostname(), "device": str(dev),
+        **identity(rank, str(dev), losses, kept, warmup, loader.num_workers),
         "engine": "deepspeed", "zero": zero, "grad_accum": grad_accum,
-        "loss": [float(v) for v in losses[warmup:]],
-        "cpu": cpu_use, "gpu": gpu_use, "threads": torch.get_num_threads(),
-        "loader_workers": loader.num_workers, "warmup": warmup, "clock": dict(
-            clocks, kind=timeline.clock.name),
-        "timeline": resolved,
-        "loop_iteration": [b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])],
-        "iteration": [sum(p.values()) for p in measured],
-        "phases": {p: [m[p] for m in measured] for p in PHASES},
+        "cpu": cpu_use, "gpu": gpu_use,
+        "clock": dict(clocks, kind=timeline.clock.name),
+        **timeline_fields(resolved, warmup),
+        "loop_iteration": loop_iterations(starts, kept),
         "ds_timers": timers[warmup:] if want_timers else None,
         "engine_call_marks": calls[warmup:], "sync_bn_modules": sync_bn_modules,
         "comms_logger": comms,

@@ -21,16 +21,14 @@ reduce-add onto device 0, which runs inside autograd and is not separable from t
 from __future__ import annotations
 
 import socket
-import time
 
 import torch
 from torch import nn
 
 from swinkit.measure import memory, sync_bn
-from swinkit.measure.phases import PHASES
 from swinkit.measure.samplers import CpuUsage, NvmlSamplers
 from swinkit.measure.clocks import make_clock
-from swinkit.measure.timeline import Timeline, phase_durations
+from swinkit.measure.timeline import Timeline
 
 from swinkit.rank.dp_parts import (gather_bytes, gather_losses, module_bytes, scatter_bytes,
                                       split_batch)
@@ -128,13 +126,15 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     ``workers``: loader workers per device, as DDP's are per rank (default: the preset's); the
     one loader gets ``workers x n_devices`` (``worker_budget`` in the result). Memory and NVML
     utilisation are reported for every device."""
-    # Long: a run's whole course in the order it happens (set-up, warm-up, measured steps,
-    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
+    # Long: a run's whole course in the order it happens (set-up, the step, the measured
+    # window and read-out on the shared skeleton); kept in one piece so it reads beside DDP's.
     from swinkit.config import load_config
     from swinkit.data.loader import batches, build_loader
     from swinkit.rank.dp_vanilla import vanilla_forward
     from swinkit.model.segmentor import build_optimizer, build_segmentor
     from swinkit.rank.errors import out_of_memory_named
+    from swinkit.rank.skeleton import (Window, identity, loop_iterations, run_steps,
+                                       timeline_fields)
 
     from swinkit.rank.devices import check_dp_devices
     check_dp_devices(n_devices)
@@ -160,8 +160,7 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     # as the DDP loop does; under one process's gloo world of one SyncBN runs plain batch norm,
     # so nothing is recorded unless that changes
     sync_bn_modules = sync_bn.record_module_collectives(timeline, model)
-    cpu, nvml = CpuUsage(), NvmlSamplers(indices)
-    losses, starts = [], []
+    losses = []
 
     def step():
         timeline.begin()
@@ -186,33 +185,26 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             scheduler.step()
         losses.append(torch.stack(micro).mean())
 
+    def reset_peaks():
+        for d in devices:  # every replica's device, not only the current one
+            torch.cuda.reset_peak_memory_stats(d)
+    window = Window(CpuUsage(), NvmlSamplers(indices), reset_peaks)
     with out_of_memory_named(0, cfg):
-        for it in range(warmup + iters):
-            if it == warmup:
-                cpu.start()
-                nvml.start()
-                for d in devices:  # every replica's device, not only the current one
-                    torch.cuda.reset_peak_memory_stats(d)
-            rank.heartbeat(it)
-            starts.append(time.perf_counter())
-            step()
-        starts.append(time.perf_counter())
+        starts = run_steps(rank, warmup + iters, warmup, lambda n: step(), window)
         timeline.end()
-    resolved = timeline.resolve()
-    measured = [phase_durations(i) for i in resolved[warmup:]]
+    cpu_use, gpu_use = window.stop()
+    kept = list(range(warmup, warmup + iters))
     sizes = module_bytes(model)
     return {
-        "rank": 0, "host": socket.gethostname(), "device": ",".join(map(str, devices)),
+        **identity(rank, ",".join(map(str, devices)), losses, kept, warmup, loader.num_workers),
+        "rank": 0,  # one process drives every device
         "engine": "dp-vanilla" if vanilla else "dp", "n_devices": n_devices,
-        "grad_accum": grad_accum, "loss": [float(v) for v in losses[warmup:]],
-        "cpu": cpu.stop(), "gpu": nvml.stop(), "threads": torch.get_num_threads(),
-        "loader_workers": loader.num_workers, "worker_budget": budget, "warmup": warmup,
+        "grad_accum": grad_accum, "cpu": cpu_use, "gpu": gpu_use,
+        "worker_budget": budget,
         "clock": {"kind": timeline.clock.name, "same_host": True, "hosts": [socket.gethostname()],
                   "applied_offset_s": 0.0, "estimated_offset_s": 0.0, "error_s": 0.0},
-        "timeline": resolved,
-        "loop_iteration": [b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])],
-        "iteration": [sum(p.values()) for p in measured],
-        "phases": {p: [m[p] for m in measured] for p in PHASES},
+        **timeline_fields(timeline.resolve(), warmup),
+        "loop_iteration": loop_iterations(starts, kept),
         "copies_bytes": copies.rows[warmup:], "module_bytes": sizes,
         "memory": dict(memory.peak_memory(True, baseline_rss), **device_peaks(
             indices, torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved)),
