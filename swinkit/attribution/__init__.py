@@ -16,4 +16,5 @@
     whatif.py       a remedy's prediction held to its run
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
+    validation.py   the ground-truth matrix scored: blame against injected causes
 """

@@ -5,6 +5,7 @@ package: parse, validate, call, report, exit with a code that says what happened
     launch.py      what every launching command does around a launch: spec, lock, JSON, report
     engines.py     ``swinkit ddp --engine NAME``: DeepSpeed ZeRO and DataParallel, or all
     exit_codes.py  the exit codes every command shares
+    validate.py    ``swinkit validate``: the ground-truth matrix on this machine
 """
 from swinkit.cli.commands import get_parser, main
 

@@ -4,4 +4,5 @@
     whatif_run.py       predict, then run, each remedy
     remedies.py         the remedy catalogue (what-ifs); torch-free
     overhead.py         what the instrumentation costs
+    validate.py         the ground-truth matrix's runs (``swinkit validate``)
 """

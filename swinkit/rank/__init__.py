@@ -1,6 +1,8 @@
 """What runs inside one rank's process: the training loops under each engine and everything
 they put on their timeline. Nothing here launches a process or reads another rank's result.
 
+    skeleton.py           the course every rank loop shares: measured window, clock reads,
+                          the result fields all engines agree on
     ddp.py                the instrumented DDP iteration (the loop)
     ddp_setup.py          what a DDP rank builds before its loop
     step_switch.py        a paired launch: DDP and local steps of one model in one launch

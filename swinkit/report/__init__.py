@@ -8,5 +8,6 @@
     html_run.py     the page's sections on the run: scaling, blame, lost time, straggler, oracle
     html_advice.py  its sections on what to do: recommendations, what-ifs, accumulation, loader
     engine_compare.py  engines side by side: one table, one figure
+    validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
 """

@@ -1,0 +1,210 @@
+"""The ground-truth matrix: blame scored against injected, known causes (``swinkit validate``).
+
+Each cell is one run with one injection on every 2nd iteration (``every=2``): the added cost is
+read from injected vs clean neighbouring iterations of that run (``injection_effect``, see
+:mod:`swinkit.attribution.neighbours`), so a busy machine's drift cancels. A cell's row of the
+confusion matrix is the added time split by blame key, as shares of the iteration's added time;
+``residual`` is what the per-key medians leave unplaced, so the row adds up to 100 %.
+
+A cell passes when (thresholds stated, :class:`Thresholds`):
+
+* at least ``min_share`` (85 %) of the added time is blamed on the injected cause;
+* recovery, the added time blamed on the injected cause over the injected amount actually
+  measured (the run's ``injected_measured_s``; the requested figure where the injection
+  measures nothing, e.g. ``data_ms``'s sleep in the loader), is within ``1 +- recovery_tol``;
+* for a one-rank injection, blame names that rank as the straggler, late in the injected phase
+  (an all-rank injection makes nobody late: no straggler is required).
+
+Numbers only, no torch: the runs are :mod:`swinkit.experiments.validate`'s, the rendering
+:mod:`swinkit.report.validation`'s.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from swinkit.measure.phases import BLAME_KEYS
+
+# injection field -> the blame key its added time belongs to
+EXPECTED = {"data_ms": "data_wait", "compute_ms": "forward", "backward_ms": "backward",
+            "optimizer_ms": "optimizer", "comm_ms": "exposed_comm"}
+CASES = tuple(EXPECTED)
+PLACEMENTS = ("all", "one")          # every rank; the last rank alone
+ROW_KEYS = BLAME_KEYS + ("residual",)
+NOT_VALIDATED = "not validated here: run swinkit validate"
+# Another process's CPU (cores' worth) above which a cell did not run on an idle machine: a rank
+# that waits then frees its core for that process, so an injection costs less than its amount.
+# Shown beside the verdict, never used to excuse it.
+BUSY_CORES = 0.1
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_share: float = 0.85      # of the added time on the injected cause
+    recovery_tol: float = 0.20   # recovery within 1 +- this
+
+    def validate(self) -> "Thresholds":
+        if not 0.0 < self.min_share <= 1.0:
+            raise ValueError(f"min_share must lie in (0, 1], got {self.min_share!r}")
+        if not 0.0 < self.recovery_tol < 1.0:
+            raise ValueError(f"recovery_tol must lie in (0, 1), got {self.recovery_tol!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def matrix_row(effect: dict) -> dict[str, float]:
+    """The added time split by blame key, as shares of the iteration's added time.
+
+    >>> row = matrix_row({"added_iter_s": 0.1, "growth_s": {"forward": 0.09, "backward": 0.02}})
+    >>> round(row["forward"], 6), round(row["backward"], 6), round(row["residual"], 6)
+    (0.9, 0.2, -0.1)
+    """
+    added = effect["added_iter_s"]
+    if added <= 0:  # nothing was added: no split to state
+        return {k: float("nan") for k in ROW_KEYS}
+    row = {k: effect["growth_s"].get(k, 0.0) / added for k in BLAME_KEYS}
+    row["residual"] = 1.0 - sum(row.values())
+    return row
+
+
+def injected_amount(result: dict, case: str, requested_s: float) -> tuple[float, str]:
+    """Seconds one injected iteration received, and where that figure comes from.
+
+    The run measures a device-occupying delay per call (``injected_measured_s``: ``compute``,
+    ``comm``, ``backward``, ``optimizer``); one call per iteration (comm: the last bucket's
+    delay is the exposed one). ``data_ms`` sleeps in the loader and measures nothing: the
+    requested amount stands.
+    """
+    measured = (result.get("injected_measured_s") or {}).get(case.removesuffix("_ms"))
+    return (measured, "measured") if measured else (requested_s, "requested")
+
+
+def score_cell(result: dict, case: str, placement: str, requested_s: float,
+               thresholds: Thresholds = Thresholds()) -> dict:
+    """One cell of the matrix from one run's result (``run_ddp``'s dict).
+
+    Returns the cell: ``row`` (shares by blame key), ``share`` (on the injected cause),
+    ``recovery``, ``amount_s`` and its ``amount_source``, ``added_s``, the ``straggler`` named
+    (rank, phase), ``passed`` and ``failures`` (why not, one line each).
+    """
+    world = result["world_size"]
+    key = EXPECTED[case]
+    cell = {"world_size": world, "case": case, "placement": placement, "expected": key,
+            "requested_s": requested_s}
+    effect = result.get("injection_effect")
+    if not effect:
+        return {**cell, "passed": False, "failures": ["no injected iteration had a clean "
+                                                      "neighbour: nothing to compare"]}
+    amount, source = injected_amount(result, case, requested_s)
+    row = matrix_row(effect)
+    straggler = result.get("straggler") or {}
+    cell.update(row=row, share=row[key], added_s=effect["added_iter_s"],
+                blamed_s=effect["growth_s"].get(key, 0.0), pairs=effect.get("pairs"),
+                amount_s=amount, amount_source=source,
+                recovery=effect["growth_s"].get(key, 0.0) / amount,
+                # shown, not judged: on a shared machine the iteration grows by less than the
+                # amount (a waiting rank's core serves another process) while blame is right
+                iteration_recovery=effect["added_iter_s"] / amount,
+                straggler={"rank": straggler.get("rank"), "phase": straggler.get("phase")})
+    cell["failures"] = _failures(cell, world, thresholds)
+    cell["passed"] = not cell["failures"]
+    return cell
+
+
+def _failures(cell: dict, world: int, t: Thresholds) -> list[str]:
+    out = []
+    if not cell["added_s"] > 0:
+        out.append(f"the iteration did not grow ({1e3 * cell['added_s']:+.0f} ms): no added "
+                   "time to split")
+    elif not cell["share"] >= t.min_share:
+        shares = {k: v for k, v in cell["row"].items() if v == v}  # NaN: nothing added
+        best = max(shares, key=shares.get, default=None)
+        most = f"; most on {best}" if best != cell["expected"] else ""
+        out.append(f"{cell['share']:.0%} of the added time on {cell['expected']} (needs >= "
+                   f"{t.min_share:.0%}){most}")
+    if not abs(cell["recovery"] - 1.0) <= t.recovery_tol:
+        out.append(f"recovery {cell['recovery']:.2f} of the {cell['amount_source']} "
+                   f"{1e3 * cell['amount_s']:.0f} ms (needs 1 +- {t.recovery_tol:g})")
+    if cell["placement"] == "one":
+        want = (world - 1, cell["expected"])
+        got = (cell["straggler"]["rank"], cell["straggler"]["phase"])
+        if got != want:
+            out.append(f"straggler named {got[0]}/{got[1]}, injected {want[0]}/{want[1]}")
+    return out
+
+
+def skipped_cell(world: int, case: str, placement: str, reason: str) -> dict:
+    """A cell not run, with the reason (shown, never counted as passed or failed)."""
+    return {"world_size": world, "case": case, "placement": placement,
+            "expected": EXPECTED.get(case), "skipped": reason}
+
+
+def failed_cell(world: int, case: str, placement: str, reason: str) -> dict:
+    """A cell whose run failed (a rank died, a timeout): counted as failed."""
+    return {"world_size": world, "case": case, "placement": placement,
+            "expected": EXPECTED.get(case), "passed": False, "failures": [reason]}
+
+
+def tally(cells: list[dict]) -> dict:
+    """``{"passed", "failed", "skipped", "run"}`` counts; ``run`` = passed + failed."""
+    passed = sum(1 for c in cells if c.get("passed") is True)
+    skipped = sum(1 for c in cells if "skipped" in c)
+    failed = len(cells) - passed - skipped
+    return {"passed": passed, "failed": failed, "skipped": skipped, "run": passed + failed}
+
+
+def all_passed(validation: dict) -> bool:
+    """Every cell that ran passed, and at least one ran."""
+    t = tally(validation["cells"])
+    return t["run"] > 0 and t["failed"] == 0
+
+
+def default_path(results_dir: str | Path, host: str, commit: str) -> Path:
+    """Where a validation of (host, commit) is saved: ``<results>/validation/<host>-<commit>``."""
+    return Path(results_dir) / "validation" / f"{host}-{commit[:12]}.json"
+
+
+def latest_validation(results_dir: str | Path, host: str, commit: str) -> dict | None:
+    """The newest saved validation of this host at this commit, or None.
+
+    Reads every ``<results_dir>/validation/*.json`` (unreadable ones are passed over) and keeps
+    those whose ``machine.hostname`` is ``host`` and whose commit is ``commit`` (either may be
+    abbreviated); newest by ``finished``.
+    """
+    folder = Path(results_dir) / "validation"
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            same = (data["machine"]["hostname"] == host
+                    and _same_commit(data.get("commit") or "", commit or ""))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if same:
+            found.append(data)
+    return max(found, key=lambda d: d.get("finished") or "") if found else None
+
+
+def _same_commit(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n]
+
+
+def validation_status_line(validation: dict | None) -> str:
+    """One line for a report: how far its attribution was checked on this machine and commit.
+
+    >>> validation_status_line(None)
+    'not validated here: run swinkit validate'
+    """
+    if not validation:
+        return NOT_VALIDATED
+    t = tally(validation["cells"])
+    sizes = ", ".join(str(ws) for ws in validation.get("world_sizes", []))
+    when = (validation.get("finished") or "")[:10]
+    extra = f", {t['skipped']} skipped" if t["skipped"] else ""
+    return (f"validated here at this commit: {t['passed']}/{t['run']} cells pass{extra} "
+            f"(preset {validation.get('preset')}, world sizes {sizes}"
+            f"{', ' + when if when else ''})")

@@ -1,0 +1,236 @@
+"""The ground-truth matrix's runs (``swinkit validate``): one launch per (world size, injection,
+placement), each with the injection on every 2nd iteration, scored by
+:mod:`swinkit.attribution.validation`.
+
+Every spec is built and checked before the first process starts (a bad world size, case or
+threshold is a ValueError naming the field). A case whose field the injection spec does not
+know, and a cell that cannot mean anything at its world size, is recorded as skipped with the
+reason; a failed launch is recorded as a failed cell and the matrix goes on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import resource
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swinkit.attribution import validation as scoring
+from swinkit.config import load_config
+from swinkit.injection import Injection
+from swinkit.input_checks import check_int
+from swinkit.launch import LaunchConfig, LaunchError
+from swinkit.runs.ddp_run import DDPRunSpec, environment, run_ddp
+
+# Per injected iteration: well above the test preset's iteration-to-iteration noise on 2 CPU
+# cores (tests/test_ddp.py's 120 ms; the iteration itself is ~50 ms there).
+DEFAULT_AMOUNT_MS = 120.0
+
+
+@dataclass(frozen=True)
+class ValidateSpec:
+    preset: str = "test"
+    world_sizes: tuple[int, ...] = (1, 2)
+    cases: tuple[str, ...] = scoring.CASES
+    placements: tuple[str, ...] = scoring.PLACEMENTS
+    amount_ms: float = DEFAULT_AMOUNT_MS     # per injected iteration
+    iters: int = 10                          # measured: 5 injected, 5 clean
+    warmup: int = 2
+    oversubscribe: bool = False
+    thresholds: scoring.Thresholds = field(default_factory=scoring.Thresholds)
+    data_root: str | None = None
+    wall_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        """Everything checkable before a process starts; ValueError names the field."""
+        if not self.world_sizes:
+            raise ValueError("world_sizes: give at least one world size")
+        for ws in self.world_sizes:
+            check_int("world_sizes", ws, 1)
+        unknown = [c for c in self.cases if c not in scoring.EXPECTED]
+        if unknown or not self.cases:
+            raise ValueError(f"cases: unknown {unknown or 'none given'}; choose from "
+                             f"{', '.join(scoring.CASES)}")
+        bad = [p for p in self.placements if p not in scoring.PLACEMENTS]
+        if bad or not self.placements:
+            raise ValueError(f"placements: unknown {bad or 'none given'}; choose from "
+                             f"{', '.join(scoring.PLACEMENTS)}")
+        if not self.amount_ms > 0:
+            raise ValueError(f"amount_ms must be > 0, got {self.amount_ms!r}")
+        check_int("iters", self.iters, 2)
+        self.thresholds.validate()
+        load_config(self.preset, self.data_root)  # its errors name the preset or the root
+        for ws in self.world_sizes:  # cores or GPUs enough, unless oversubscribed
+            try:
+                self.run_spec(ws, "compute_ms", "all").validate()
+            except ValueError as exc:
+                raise ValueError(f"world_sizes: {ws}: {exc}") from None
+
+    def injection(self, case: str, placement: str, world_size: int, images_per_rank: int
+                  ) -> Injection:
+        """The case's injection; ``data_ms`` is per sample, so the amount is split over them."""
+        value = self.amount_ms / images_per_rank if case == "data_ms" else self.amount_ms
+        ranks = (world_size - 1,) if placement == "one" else None
+        return Injection(**{case: value}, ranks=ranks, every=2)
+
+    def run_spec(self, world_size: int, case: str, placement: str,
+                 images_per_rank: int = 1) -> DDPRunSpec:
+        launch = LaunchConfig(world_size=world_size, allow_oversubscribe=self.oversubscribe,
+                              wall_timeout_s=self.wall_timeout_s)
+        # workers 0: data_ms with every=2 needs the loading in step with the iterations
+        return DDPRunSpec(preset=self.preset, world_size=world_size, iters=self.iters,
+                          warmup=self.warmup, workers=0, data_root=self.data_root,
+                          injection=self.injection(case, placement, world_size, images_per_rank),
+                          launch=launch)
+
+
+def skip_reason(case: str, placement: str, world_size: int) -> str | None:
+    """Why a cell is not run, or None. A field the injection spec does not know yet is reported,
+    not a crash; the matrix is data."""
+    if case not in {f.name for f in dataclasses.fields(Injection)}:
+        return f"this swinkit's injection spec has no {case} yet"
+    if world_size == 1 and case == "comm_ms":
+        # measured: the delay does land in exposed_comm there (recovery 1.0), but a group of
+        # one moves nothing and nobody waits: it would check the delay, not blame
+        return ("world size 1 has no communication: one rank's all-reduce moves nothing and "
+                "makes nobody wait, so there is no attribution of communication to check")
+    if world_size == 1 and placement == "one":
+        return "at world size 1 the last rank is every rank: the 'all' cell is this one"
+    return None
+
+
+def shares_cores(world_size: int) -> bool:
+    """Whether ``world_size`` single-threaded CPU ranks outnumber this process's cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return world_size > (cores or 1)
+
+
+def run_validation(spec: ValidateSpec, progress=print) -> dict:
+    """Every cell of the matrix; returns the validation record (see :func:`record`)."""
+    spec.validate()
+    plan = [(ws, case, placement) for ws in spec.world_sizes for case in spec.cases
+            for placement in spec.placements]
+    started = _now()
+    return record(spec, run_cells(spec, plan, progress), started)
+
+
+def run_cells(spec: ValidateSpec, plan: list[tuple[int, str, str]], progress=print) -> list[dict]:
+    """The cells of ``plan`` ((world size, case, placement) each), run or skipped in order."""
+    images = load_config(spec.preset, spec.data_root).images_per_rank
+    cells = []
+    for n, (ws, case, placement) in enumerate(plan, 1):
+        head = f"[{n}/{len(plan)}] N={ws} {case} on {_where(placement, ws)}"
+        reason = skip_reason(case, placement, ws)
+        if reason:
+            cells.append(scoring.skipped_cell(ws, case, placement, reason))
+            progress(f"{head}: skipped ({reason})")
+            continue
+        cells.append(_run_cell(spec, ws, case, placement, images, head, progress))
+    return cells
+
+
+def bench_cells(preset: str, world_size: int, names: list[str], oversubscribe: bool,
+                progress=print) -> dict[str, dict]:
+    """For ``benchmarks/bench_validate.py``: the cells named ``case/placement`` (e.g.
+    ``compute_ms/one``) at one world size, by name, with the default amounts and thresholds."""
+    plan = [(world_size, *name.split("/")) for name in names]
+    spec = ValidateSpec(preset=preset, world_sizes=(world_size,),
+                        cases=tuple(dict.fromkeys(c for _, c, _ in plan)),
+                        placements=tuple(dict.fromkeys(p for _, _, p in plan)),
+                        oversubscribe=oversubscribe)
+    spec.validate()
+    return dict(zip(names, run_cells(spec, plan, progress)))
+
+
+def _run_cell(spec, ws, case, placement, images, head, progress) -> dict:
+    t0 = time.perf_counter()
+    load = foreign_load()
+    try:
+        result = run_ddp(spec.run_spec(ws, case, placement, images), progress=lambda s: None)
+    except LaunchError as exc:
+        cell = scoring.failed_cell(ws, case, placement, f"run failed: {exc.diagnosis.summary}")
+    else:
+        cell = scoring.score_cell(result, case, placement, spec.amount_ms / 1e3, spec.thresholds)
+        cell["oversubscribed"] = shares_cores(ws)
+    cell["foreign_cores"] = load()
+    busy = (f"; another process took {cell['foreign_cores']:.1f} cores meanwhile"
+            if cell["foreign_cores"] > scoring.BUSY_CORES else "")
+    progress(f"{head}: {_summary(cell)} ({time.perf_counter() - t0:.0f} s{busy})")
+    return cell
+
+
+
+def foreign_load():
+    """Start measuring; the returned function gives the cores' worth of CPU that anything
+    outside this process tree took meanwhile (the machine's busy time from /proc/stat, steal
+    included, minus this process's and its waited-for children's). NaN where unreadable."""
+    def sample():
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()[1:]
+        except OSError:
+            return None
+        busy = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / os.sysconf("SC_CLK_TCK")
+        own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+        return time.monotonic(), busy, own
+
+    start = sample()
+
+    def stop() -> float:
+        end = sample()
+        if start is None or end is None:
+            return float("nan")
+        (t0, busy0, own0), (t1, busy1, own1) = start, end
+        return max((busy1 - busy0) - (own1 - own0), 0.0) / max(t1 - t0, 1e-9)
+    return stop
+
+
+def _where(placement: str, ws: int) -> str:
+    return "all ranks" if placement == "all" else f"rank {ws - 1}"
+
+
+def _summary(cell: dict) -> str:
+    if "share" not in cell:
+        return "FAIL: " + "; ".join(cell["failures"])
+    s = cell["straggler"]
+    named = "no straggler" if s["rank"] is None else f"straggler {s['rank']}/{s['phase']}"
+    text = f"{cell['share']:.0%} on {cell['expected']}, recovery {cell['recovery']:.2f}, {named}"
+    return f"{text}: PASS" if cell["passed"] else f"{text}: FAIL ({'; '.join(cell['failures'])})"
+
+
+def record(spec: ValidateSpec, cells: list[dict], started: str) -> dict:
+    """The saved validation: the cells with what they ran on (machine, commit, settings)."""
+    return {"kind": "swinkit-validation", "preset": spec.preset,
+            "world_sizes": list(spec.world_sizes), "cases": list(spec.cases),
+            "amount_ms": spec.amount_ms, "iters": spec.iters, "warmup": spec.warmup,
+            "thresholds": spec.thresholds.to_dict(), "oversubscribe": spec.oversubscribe,
+            "shared_cores": [ws for ws in spec.world_sizes if shares_cores(ws)],
+            "machine": machine(), **git_commit(), "started": started, "finished": _now(),
+            "cells": cells, "tally": scoring.tally(cells)}
+
+
+def machine() -> dict:
+    return {"hostname": socket.gethostname(), **environment()}
+
+
+def git_commit(repo: str | Path | None = None) -> dict:
+    """``{"commit", "dirty"}`` of the checkout swinkit runs from; None where there is no git."""
+    where = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=where, capture_output=True, text=True, timeout=30,
+                                    check=True).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
