@@ -2,7 +2,8 @@
 (the supervisor validates and formats it before any rank starts; :mod:`swinkit.rank.inject`
 puts it into a rank).
 
-Spec (CLI ``--inject``): comma-separated ``data_ms=F,compute_ms=F,comm_ms=F,comm_scale=K,ranks=R1+R2``.
+Spec (CLI ``--inject``): comma-separated
+``data_ms=F,compute_ms=F,backward_ms=F,optimizer_ms=F,comm_ms=F,comm_scale=K,ranks=R1+R2,every=N``.
 Each behaves like the real thing it stands for, on CPU and GPU alike:
 
 * ``data_ms``: every loaded sample takes F ms longer, inside the MMSeg pipeline (in the loader
@@ -11,6 +12,15 @@ Each behaves like the real thing it stands for, on CPU and GPU alike:
   pre-hook on the backbone: on CPU a spin until F ms of wall time have passed, never yielding
   the core; on GPU a sleep kernel of F ms on the current stream). A host sleep would free the
   core for the loader and gloo's threads, so slower compute would cost less than its F ms.
+  The forward only: ``backward_ms`` and ``optimizer_ms`` are the other compute phases.
+* ``backward_ms``: every backward pass occupies the compute device for F ms more, half way
+  through: a hook on the gradient of the backbone's middle stage output, so the gradient
+  buckets of the head and the later stages are launched on time and the earlier stages' late
+  (the same spin or sleep kernel, the latter on the autograd stream). With ``ranks`` this is the
+  straggler inside backward that DDP's bucket all-reduces hide from per-rank phase times.
+* ``optimizer_ms``: every optimizer step occupies the compute device for F ms more (a step
+  pre-hook on the torch optimizer; the same spin or sleep kernel). With ``ranks`` the other
+  ranks wait for it at the next iteration's first collective.
 * ``comm_ms``: every gradient bucket's all-reduce starts F ms after the bucket is ready, for
   every rank of the collective (link latency). The delay runs off the autograd thread: on CPU a
   FIFO launcher thread per rank keeps the collectives in order; on GPU a sleep kernel on a side
@@ -28,7 +38,9 @@ Each behaves like the real thing it stands for, on CPU and GPU alike:
 * ``every``: inject on every N-th iteration only (default 1: all). With ``every=2`` one run
   holds injected and clean iterations side by side, so the added cost is read from pairs of
   neighbouring iterations and slow drifts of a busy machine cancel (the run's ``paired``
-  figures). ``data_ms`` with ``every`` needs loader workers 0: workers load ahead, out of step.
+  figures). ``data_ms`` with ``every`` needs loader workers 0: workers load ahead, out of step;
+  ``optimizer_ms`` with ``every`` needs no gradient accumulation (the step is every k-th
+  iteration's, and an ``every`` of the same parity would never meet it).
 
 Off by default and nothing is inserted unless a value is positive (``comm_scale`` above 1).
 """
@@ -36,13 +48,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-DELAY_FIELDS = ("data_ms", "compute_ms", "comm_ms")
+DELAY_FIELDS = ("data_ms", "compute_ms", "backward_ms", "optimizer_ms", "comm_ms")
 
 
 @dataclass(frozen=True)
 class Injection:
     data_ms: float = 0.0
-    compute_ms: float = 0.0
+    compute_ms: float = 0.0     # the forward
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
     comm_ms: float = 0.0
     comm_scale: float = 1.0
     ranks: tuple[int, ...] | None = None   # None = every rank
@@ -81,7 +95,11 @@ class Injection:
 
 
 def parse_injection(spec: str | None) -> Injection:
-    """Parse ``data_ms=5,comm_ms=2,ranks=1`` (ranks joined by '+'); ValueError names the field."""
+    """Parse ``data_ms=5,comm_ms=2,ranks=1`` (ranks joined by '+'); ValueError names the field.
+
+    >>> parse_injection("backward_ms=40,ranks=1,every=2").describe()
+    'backward_ms=40,ranks=1,every=2'
+    """
     if not spec:
         return Injection()
     values: dict = {}
@@ -102,7 +120,7 @@ def parse_injection(spec: str | None) -> Injection:
             values["ranks"] = tuple(sorted({int(p) for p in parts}))
         else:
             raise ValueError(f"--inject has no field {key!r} "
-                             "(use data_ms, compute_ms, comm_ms, comm_scale, ranks, every)")
+                             f"(use {', '.join(DELAY_FIELDS)}, comm_scale, ranks, every)")
     return Injection(**values)
 
 

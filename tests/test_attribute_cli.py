@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -118,25 +119,49 @@ def test_single_world_size_and_missing_world_size_1(tmp_path):
 def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, data_root,
                                                                        monkeypatch, no_orphans):
     """The thesis's hypothesis as ground truth: 2 images x 40 ms more loading on rank 1 at N=2
-    (not applied at N=1, where rank 1 does not exist). The report must say the loss comes from
-    data loading on rank 1, and the advice must be about rank 1's loader."""
+    (not applied at N=1, where rank 1 does not exist). The report must find the injection on
+    rank 1's data loading, and say the loss comes from it where the injection is most of it.
+
+    The lost time N=2 vs N=1 holds the injection and the real scaling loss, which on a busy
+    machine includes contention: beside one busy process data_wait's share was 43-49 %, and
+    under a load average of 10-14 forward compute grew by more than the injection (the report
+    was right to put it first). So the injection is told apart by its component, not its share:
+    rank 1 sleeps 2 x 40 ms = 80 ms per iteration (a sleep frees the core, so contention hardly
+    moves it) and rank 0 waits those 80 ms at its next collective, charged to rank 1's
+    data_wait; the median over the two ranks' data_wait grows by 80 ms whatever else grew
+    (measured: 78 ms beside a busy process, 86 ms under load 10-14). That the verdict names it
+    is held up to one other busy process's worth of load; its share, on an idle machine."""
+    from conftest import ForeignLoad
     monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
-    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--repeats", "2",
-                     "--iters", "6", "--inject", "data_ms=40,ranks=1",
-                     "--json", str(tmp_path / "a.json"), timeout=600)
+    with ForeignLoad() as load:
+        out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--repeats", "2",
+                         "--iters", "6", "--inject", "data_ms=40,ranks=1",
+                         "--json", str(tmp_path / "a.json"), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "comes from data loading (data_wait) on rank 1" in out.stdout, out.stdout
     assert "not applied at world size 1" in out.stdout
     report = json.loads((tmp_path / "a.json").read_text())
-    verdict = report["verdicts"][0]
+    run, verdict = report["runs"][1], report["verdicts"][0]
+    context = {"verdict": verdict, "growth_s": run["loss"]["growth_s"], "lost_s":
+               run["loss"]["lost_s"], "straggler": run["straggler"], "foreign_cores": load.cores}
+    injected_s = 2 * 0.040
+    # the injection, told apart from whatever else was lost
+    assert run["loss"]["growth_s"]["data_wait"] == pytest.approx(injected_s, rel=0.25), context
+    straggler = run["straggler"]
+    assert (straggler["rank"], straggler["phase"]) == (1, "data_wait"), context
+    assert straggler["by_phase"]["data_wait"] == pytest.approx(injected_s, rel=0.25), context
+    assert any((r["component"], r["rank"]) == ("data_wait", 1)
+               for r in report["recommendations"]), report["recommendations"]
+    assert run["launches"] == 2 and run["efficiency_interval"]
+    if not load.cores <= 1.2:  # more than one busy process beside 2 ranks on 2 cores
+        warnings.warn(f"{load.cores:.2f} cores of foreign load: contention may outgrow the "
+                      "injection, so which cause the verdict names first is not checked")
+        return
+    assert "comes from data loading (data_wait) on rank 1" in out.stdout, out.stdout
     assert (verdict["world_size"], verdict["component"], verdict["rank"]) == (2, "data_wait", 1)
-    # the lost time N=2 vs N=1 also holds the real scaling loss (exposed transfer, contention),
-    # so the injection is the largest share, not all of it (the 85 % criterion is held on
-    # paired iterations in test_ddp.py)
-    assert verdict["share_pct"] >= 60
     first = report["recommendations"][0]
     assert (first["component"], first["rank"]) == ("data_wait", 1)
-    assert report["runs"][1]["launches"] == 2 and report["runs"][1]["efficiency_interval"]
+    if load.cores <= 0.05:  # idle: the injection is most of what was lost (NaN counts as busy)
+        assert verdict["share_pct"] >= 60, context
 
 
 @pytest.mark.parametrize("argv, message", [

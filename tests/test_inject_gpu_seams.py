@@ -24,7 +24,8 @@ from swinkit.measure.contention import (HIGH_PRIORITY, POOL_SIZE, SIDE_STREAMS, 
 from swinkit.injection import Injection
 from swinkit.rank.delays import (GATE, CudaSleep, DelayMeter, HostSpin, calibrate_sleep_rate,
                                       per_iteration)
-from swinkit.rank.inject import CudaDelayedLaunch, ThreadDelayedLaunch, add_compute_delay
+from swinkit.rank.inject import (CudaDelayedLaunch, ThreadDelayedLaunch, add_backward_delay,
+                                 add_compute_delay, add_optimizer_delay)
 
 REQUESTED_S = 0.02
 
@@ -309,3 +310,57 @@ def test_gpu_comm_delay_measures_each_bucket_sleep(tmp_path, gate):
         assert all(0.5 * REQUESTED_S <= s <= outer for _, s in measured)
     finally:
         dist.destroy_process_group()
+
+
+class StagedOnGpu(torch.nn.Module):
+    """A backbone with ``stages`` (the backward injection's middle one) and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Module()
+        self.backbone.stages = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(3))
+        self.head = torch.nn.Linear(64, 1)
+
+    def forward(self, x):
+        for stage in self.backbone.stages:
+            x = torch.tanh(stage(x))
+        return self.head(x).sum()
+
+
+def _timed_on_stream(fn) -> float:
+    """Seconds ``fn``'s work took on the current stream (CUDA events around it)."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("not torch.cuda.is_available()", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("phase", ["backward", "optimizer"])
+def test_gpu_phase_delays_sleep_inside_their_phase_and_measure_it(gate, phase):
+    """The sleep kernel runs on the stream the phase's own work runs on (the autograd stream
+    inside backward, the current one in the step): the phase's span on that stream, timed by
+    events outside the delay's, holds each measured sleep; clean iterations measure none."""
+    model = StagedOnGpu().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    injection = Injection(**{f"{phase}_ms": REQUESTED_S * 1e3}, every=2)
+    delay = (add_backward_delay(model, injection, rank=0, cuda=True) if phase == "backward"
+             else add_optimizer_delay(optimizer, injection, rank=0, cuda=True))
+    x = torch.randn(256, 64, device="cuda")
+    spans = {}
+    for n in range(4):
+        gate.on, gate.iteration = n % 2 == 0, n
+        loss = model(x)
+        backward = _timed_on_stream(loss.backward)
+        step = _timed_on_stream(optimizer.step)
+        optimizer.zero_grad()
+        spans[n] = backward if phase == "backward" else step
+    torch.cuda.synchronize()
+    measured = delay.take_measured()
+    assert [it for it, _ in measured] == [0, 2]
+    for it, seconds in measured:
+        assert 0.5 * REQUESTED_S <= seconds <= spans[it]  # near the request, inside the phase
+    assert max(spans[1], spans[3]) < 0.5 * REQUESTED_S  # the clean ones slept nowhere

@@ -22,7 +22,8 @@ from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.ddp_options import DDPOptions
 from swinkit.rank.delays import MeasuredDelay
-from swinkit.rank.inject import add_compute_delay, add_data_delay, comm_launcher
+from swinkit.rank.inject import (add_backward_delay, add_compute_delay, add_data_delay,
+                                 add_optimizer_delay, comm_launcher)
 from swinkit.rank.meet import Meet
 from swinkit.rank.step_switch import Switch, sync_batch_norms
 
@@ -58,7 +59,8 @@ class RankRun:
     # a gloo group over every rank for the host's own agreements (clock offsets, when to stop
     # the contention loop): CPU messages whatever the backend, off the compute stream
     control: object = None
-    # injections that measure what they inject ("compute", "comm"), read after the run
+    # injections that measure what they inject ("compute" (the forward), "backward",
+    # "optimizer", "comm"), read after the run
     delays: dict = field(default_factory=dict)
 
 
@@ -83,6 +85,7 @@ def setup_rank(rank, preset, data_root, overrides, device, workers, injection: I
     torch.manual_seed(seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
     compute_delay = add_compute_delay(model, injection, rank.rank, cuda)
+    backward_delay = add_backward_delay(model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.
     singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
                  if local or paired else None)
@@ -94,8 +97,8 @@ def setup_rank(rank, preset, data_root, overrides, device, workers, injection: I
     # one; an injected comm delay belongs to the collective, so it is not in the local run.
     launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local)
                 if local else comm_launcher(injection, rank.rank, cuda))
-    delays = {name: d for name, d in (("compute", compute_delay), ("comm", launcher))
-              if isinstance(d, MeasuredDelay)}
+    delays = {name: d for name, d in (("compute", compute_delay), ("backward", backward_delay),
+                                      ("comm", launcher)) if isinstance(d, MeasuredDelay)}
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
     if local:  # SyncBN over the group of one too: plain batch norm, nothing sent
@@ -121,6 +124,9 @@ def setup_rank(rank, preset, data_root, overrides, device, workers, injection: I
     want_timers = (not cuda) if ddp_timers is None else ddp_timers
     stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare else None
     optim, schedulers = build_optimizer(cfg, model)
+    optimizer_delay = add_optimizer_delay(optim, injection, rank.rank, cuda)
+    if optimizer_delay is not None:
+        delays["optimizer"] = optimizer_delay
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
                           seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
     meet = Meet(dev, on=local) if (local or paired) and rank.world_size > 1 else None

@@ -47,23 +47,72 @@ def add_data_delay(cfg, injection: Injection, rank: int) -> None:
         cfg.train_dataset.pipeline.append(dict(type="InjectDelay", ms=injection.data_ms))
 
 
-# ---------------------------------------------------------------- measured delays
+# ---------------------------------------------------------------- compute: forward, backward, step
 
 
-# ---------------------------------------------------------------- compute
-
-
-class ComputeDelay(MeasuredDelay):
-    """A forward pre-hook that occupies the device with ``occupy`` on injected iterations."""
+class OccupyDelay(MeasuredDelay):
+    """Occupies the compute device with ``occupy`` (a spin or a sleep kernel, which measures
+    itself) on injected iterations; subclasses are the hooks that call :meth:`fire`."""
 
     def __init__(self, occupy: HostSpin | CudaSleep):
         self.occupy = occupy
         self.meter = occupy.meter
 
-    def __call__(self, module, args) -> None:
-        # Must return None: a forward pre-hook's return value replaces the module's inputs.
+    def fire(self) -> None:
         if GATE.on:
             self.occupy()
+
+
+class ComputeDelay(OccupyDelay):
+    """A forward pre-hook that occupies the device on injected iterations."""
+
+    def __call__(self, module, args) -> None:
+        # Must return None: a forward pre-hook's return value replaces the module's inputs.
+        self.fire()
+
+
+class BackwardDelay(OccupyDelay):
+    """A forward hook that hooks its module's output gradient: when backward reaches it, the
+    device is occupied there, on the autograd thread (CPU) or the autograd stream (GPU: the
+    engine makes the forward op's stream current while it runs the hook)."""
+
+    def __call__(self, module, args, output) -> None:
+        # Must return None: a forward hook's return value replaces the module's output.
+        tensor = _first_grad_tensor(output)
+        if tensor is not None:
+            tensor.register_hook(self.on_grad)
+
+    def on_grad(self, grad) -> None:
+        # Must return None: a tensor hook's return value replaces the gradient.
+        self.fire()
+
+
+class OptimizerDelay(OccupyDelay):
+    """A torch optimizer step pre-hook that occupies the device before every step."""
+
+    def __call__(self, optimizer, args, kwargs) -> None:
+        # Must return None: a step pre-hook's return value replaces the step's arguments.
+        self.fire()
+
+
+def _occupier(ms: float, cuda: bool) -> HostSpin | CudaSleep:
+    return CudaSleep(ms / 1e3) if cuda else HostSpin(ms / 1e3)
+
+
+def _first_grad_tensor(output):
+    """The first tensor in a module's output that backward will reach (a SwinV2 stage returns
+    its output tokens first, then sizes and the merged input of the next stage)."""
+    import torch
+    items = output if isinstance(output, (tuple, list)) else (output,)
+    return next((t for t in items if isinstance(t, torch.Tensor) and t.requires_grad), None)
+
+
+def middle_module(backbone):
+    """Where a backward injection fires: the middle stage of a backbone with ``stages`` (the
+    gradients of the head and of the stages after it are ready before it, the earlier stages'
+    after), else the backbone itself."""
+    stages = getattr(backbone, "stages", None)
+    return stages[len(stages) // 2] if stages else backbone
 
 
 def add_compute_delay(model, injection: Injection, rank: int, cuda: bool) -> ComputeDelay | None:
@@ -71,9 +120,30 @@ def add_compute_delay(model, injection: Injection, rank: int, cuda: bool) -> Com
     it (to read what it injected), or None where this rank has no compute injection."""
     if not (injection.compute_ms > 0 and injection.applies_to(rank)):
         return None
-    seconds = injection.compute_ms / 1e3
-    delay = ComputeDelay(CudaSleep(seconds) if cuda else HostSpin(seconds))
+    delay = ComputeDelay(_occupier(injection.compute_ms, cuda))
     model.backbone.register_forward_pre_hook(delay)
+    return delay
+
+
+def add_backward_delay(model, injection: Injection, rank: int, cuda: bool) -> BackwardDelay | None:
+    """A hook on the gradient of the backbone's middle stage output that occupies the device
+    for ``backward_ms`` inside backward; returns it, or None where this rank has none."""
+    if not (injection.backward_ms > 0 and injection.applies_to(rank)):
+        return None
+    delay = BackwardDelay(_occupier(injection.backward_ms, cuda))
+    middle_module(model.backbone).register_forward_hook(delay)
+    return delay
+
+
+def add_optimizer_delay(optim, injection: Injection, rank: int,
+                        cuda: bool) -> OptimizerDelay | None:
+    """A step pre-hook that occupies the device for ``optimizer_ms`` before every optimizer
+    step (``optim``: a torch optimizer or MMEngine's wrapper of one); returns it, or None
+    where this rank has none."""
+    if not (injection.optimizer_ms > 0 and injection.applies_to(rank)):
+        return None
+    delay = OptimizerDelay(_occupier(injection.optimizer_ms, cuda))
+    getattr(optim, "optimizer", optim).register_step_pre_hook(delay)
     return delay
 
 

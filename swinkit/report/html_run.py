@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from swinkit.measure.phases import BLAME_KEYS, BLAME_MEANING
 from swinkit.report.html import bullets, esc, figure, glossary, num, pair, para, table
-from swinkit.report.text import of_what  # one wording of what accuracy was on
+from swinkit.report.text import injection_text, of_what  # one wording of each
 
 KAHIRA_ORACLE_PCT = 97.57  # Kahira et al.'s oracle on data parallelism, the bar to compare with
 SOURCES = {"paired": "the run's own launch", "isolated": "component benchmarks"}
@@ -29,17 +29,6 @@ def context(r: dict) -> str:
         items.append(("compared with", r["against"].get("commit")))
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v)
     return f'<dl class="context">{rows}</dl>'
-
-
-def injection_text(inj: dict | None) -> str | None:
-    """Injected costs in the text report's words, None when nothing was injected."""
-    inj = inj or {}
-    parts = [f"{k}={inj[k]:g}" for k in ("data_ms", "compute_ms", "comm_ms") if inj.get(k)]
-    parts += [f"comm_scale={inj['comm_scale']:g}"] if inj.get("comm_scale", 1) > 1 else []
-    if not parts:
-        return None
-    where = "all ranks" if inj.get("ranks") is None else "ranks " + "+".join(map(str, inj["ranks"]))
-    return f"{','.join(parts)} on {where}"
 
 
 def headline(r: dict) -> str:

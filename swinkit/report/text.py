@@ -1,6 +1,7 @@
 """The attribution report as terminal text."""
 from __future__ import annotations
 
+from swinkit.injection import DELAY_FIELDS
 from swinkit.measure.phases import BLAME_KEYS
 
 
@@ -17,16 +18,28 @@ def of_what(runs: list[dict]) -> str:
     return "medians"
 
 
+def injection_text(inj: dict | None) -> str | None:
+    """Injected costs in the report's words, None when nothing was injected.
+
+    >>> injection_text({"backward_ms": 120.0, "comm_scale": 1.0, "ranks": [1]})
+    'backward_ms=120 on ranks 1'
+    """
+    inj = inj or {}
+    parts = [f"{k}={inj[k]:g}" for k in DELAY_FIELDS if inj.get(k)]
+    parts += [f"comm_scale={inj['comm_scale']:g}"] if inj.get("comm_scale", 1) > 1 else []
+    if not parts:
+        return None
+    where = "all ranks" if inj.get("ranks") is None else "ranks " + "+".join(map(str, inj["ranks"]))
+    return f"{','.join(parts)} on {where}"
+
+
 def text_report(r: dict) -> str:
     # Long: the report top to bottom, one section after another in the order it prints.
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
              f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
-    inj = r.get("injection") or {}
-    parts = [f"{k}={inj[k]:g}" for k in ("data_ms", "compute_ms", "comm_ms") if inj.get(k)]
-    parts += [f"comm_scale={inj['comm_scale']:g}"] if inj.get("comm_scale", 1) > 1 else []
-    if parts:
-        where = "all ranks" if inj.get("ranks") is None else "ranks " + "+".join(map(str, inj["ranks"]))
-        lines.append(f"injected costs: {','.join(parts)} on {where}")
+    injected = injection_text(r.get("injection"))
+    if injected:
+        lines.append(f"injected costs: {injected}")
     lines.append(f"{r.get('scaling', 'weak')} scaling: {r.get('scaling_formulas', '')}")
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]

@@ -82,6 +82,10 @@ class DDPRunSpec:
         if self.ddp.comm_hook and (self.injection.comm_ms > 0 or self.injection.comm_scale > 1):
             raise ValueError(f"comm_hook {self.ddp.comm_hook} cannot be combined with a comm "
                              "injection (both replace the bucket's collective)")
+        if self.injection.optimizer_ms > 0 and self.injection.every > 1 and k > 1:
+            raise ValueError(f"--inject optimizer_ms with every={self.injection.every} needs "
+                             f"grad_accum 1 (got {k}): the optimizer steps every {k}-th "
+                             "iteration, out of step with the injected ones")
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
         bad = [r for r in (self.injection.ranks or ()) if r >= total]

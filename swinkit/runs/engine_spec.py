@@ -74,8 +74,10 @@ class EngineSpec:
                 ("inject", self.run.injection.active), ("bare", self.run.bare),
                 ("trace", bool(self.run.trace_dir))) if on]
             if unsupported:
+                asked = (f"; --inject {self.run.injection.describe()}"
+                         if self.run.injection.active else "")  # the field(s) refused
                 raise ValueError(f"{', '.join(unsupported)} supported with engine ddp only "
-                                 f"(engine {self.engine!r})")
+                                 f"(engine {self.engine!r}{asked})")
         if self.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
             raise EngineUnavailable(f"engine deepspeed needs DeepSpeed: pip install "
                                     f"'{DEEPSPEED_PIN}' (tools/setup.sh installs it with "
