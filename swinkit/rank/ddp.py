@@ -18,7 +18,6 @@ instrumentation costs).
 from __future__ import annotations
 
 import contextlib
-import socket
 import statistics
 import time
 
@@ -34,6 +33,7 @@ from swinkit.rank.ddp_setup import RankRun, setup_rank
 from swinkit.rank.delays import GATE, per_iteration
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.step_switch import schedule, sync_batch_norms
+from swinkit.rank.skeleton import Window, cuda_peaks, identity, timeline_fields
 from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
 
 
@@ -103,8 +103,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
             local ones in ``result["local"]`` (timeline, iteration, loss).
     """
-    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps,
-    # read-out); DDP's, DeepSpeed's and DataParallel's loops are to share one rank skeleton.
+    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
+    # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
     if local and paired:
         raise ValueError("local and paired exclude each other")
     injection = Injection(**(inject or {}))
@@ -116,12 +116,11 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     profiler and profiler.start()
     order = schedule(warmup, iters, options.grad_accum, paired)
     switch = run.buckets.launcher if paired else None
+    window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
     with out_of_memory_named(rank.rank, run.cfg):
         for n, (kind, it) in enumerate(order):
             if n == warmup:
-                memory.reset_device_peak(run.cuda)
-                run.cpu.start()
-                run.nvml and run.nvml.start()
+                window.start()
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
             GATE.on = injection.on_iteration(it)
             GATE.iteration = n  # what each measured injection is filed under
@@ -148,7 +147,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             torch.cuda.synchronize()
         run.starts.append(time.perf_counter())
         run.timeline.enabled and run.timeline.end()  # what follows is in no measured iteration
-        cpu, gpu = run.cpu.stop(), run.nvml.stop() if run.nvml else None
+        cpu, gpu = window.stop()
         peak = memory.peak_memory(run.cuda, run.memory_baseline)
         load = comm_load(run) if comm_load is not None else None
         if load is not None:
@@ -213,8 +212,8 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
     warm-up); the others (local ones of a paired run, the contention loop's) are left out."""
     kept = positions[warmup:]
     result = {
-        "rank": rank.rank, "host": socket.gethostname(), "device": str(next(run.model.parameters()).device),
-        "loss": [float(run.losses[n]) for n in kept],
+        **identity(rank, str(next(run.model.parameters()).device), run.losses, kept, warmup,
+                   run.loader.num_workers),
         "cpu": cpu, "gpu": gpu,
         "memory": peak_memory,
         "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
@@ -222,8 +221,7 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
         "buffer_shapes": [[list(b.shape), str(b.dtype).replace("torch.", "")]
                           for b in run.model.buffers()],
         "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
-        "threads": torch.get_num_threads(), "loader_workers": run.loader.num_workers,
-        "skipped_samples": run.skipped, "warmup": warmup,
+        "skipped_samples": run.skipped,
         "clock": {k: v for k, v in clocks.items() if k != "applied"},
         "sync_bn_channels": [m.num_features for m in sync_batch_norms(run.model)],
         "injected": [run.injected[n] for n in kept],
@@ -240,10 +238,7 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict,
     # what the GPU event-to-host mapping may be off by (0 on the host clock), beside the
     # cross-host offsets' error: together blame's resolution
     result["clock"]["alignment_error_s"] = run.timeline.clock.error_s()
-    result["timeline"] = timeline
-    measured = [phase_durations(it) for it in timeline[warmup:]]
-    result["iteration"] = [sum(p.values()) for p in measured]
-    result["phases"] = {p: [m[p] for m in measured] for p in PHASES}
+    result.update(timeline_fields(timeline, warmup))
     result["ddp_timers"] = ([run.stats.per_iteration.get(n) for n in kept]
                             if run.stats else None)
     return result
