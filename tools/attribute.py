@@ -10,6 +10,13 @@ Examples:
     .venv/bin/python tools/attribute.py --run --preset test --what-if bf16_hook,accum_2
     .venv/bin/python tools/attribute.py --list-remedies      # the what-if catalogue
     .venv/bin/python tools/attribute.py --run --preset test --engine ddp,zero1 --grad-accum 1,2,4
+    .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1,2 --predict-from 1
+                                                             # 2 predicted from 1, then run: scored
+    .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1 --predict 2,4 \
+        --json p.json                                        # predicted only, nothing run at 2, 4
+    .venv/bin/python tools/attribute.py --stored p.json --predict 8 --nodes 2,4 \
+        --inter-link 12.5,5                                  # from stored: ring model, 2 and 4 nodes
+    .venv/bin/python tools/attribute.py --preset thesis --predict 1,2,4,8   # the thesis, projected
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
 2 bad arguments; 3 no usable measurements (the message says which command makes them).
@@ -61,6 +68,7 @@ def get_parser() -> argparse.ArgumentParser:
                         "predictions, then run it and report predicted vs measured; without "
                         "--run: the what-ifs asv's bench_whatif stored for the commit")
     p.add_argument("--list-remedies", action="store_true", help="list the what-if catalogue")
+    _add_predict_options(p)
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--html", help="write an offline HTML report here (PNGs beside it)")
     return p
@@ -101,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
+    if args.predict or args.predict_from or args.stored:
+        return _predict(args)
     if args.engine:
         return _engines(args)
     if args.grad_accum is not None:
@@ -199,6 +209,89 @@ def _engines(args) -> int:
         figure.write_bytes(compare_figure(rows))
         print(f"figure: {figure}")
     return 0
+
+
+def _add_predict_options(p: argparse.ArgumentParser) -> None:
+    """The held-out prediction's options (docs/prediction.md)."""
+    p.add_argument("--predict", metavar="N1,N2", type=_comma_ints("--predict"),
+                   help="predict these world sizes without running them: with --run from the "
+                        "--world-sizes run now (plus the collectives and loaders timed at each "
+                        "N'), with --stored from a saved --predict JSON, on the thesis preset "
+                        "without --run as a projection from stated figures")
+    p.add_argument("--predict-from", metavar="N1,N2", type=_comma_ints("--predict-from"),
+                   help="with --run: predict each --world-sizes size above these from them "
+                        "only, then run it and report the error per launch (held out)")
+    p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
+    p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
+                   help="the ring model's link (with --stored: default fitted to its timings; "
+                        "with the thesis projection: replaces every system's link)")
+    p.add_argument("--inter-link", metavar="GBPS,LATENCY_US", type=_link("--inter-link"),
+                   help="with --nodes: the link between nodes")
+    p.add_argument("--nodes", metavar="K1,K2", type=_comma_ints("--nodes"), default=[],
+                   help="with --stored: predict K nodes of the stored run's size each")
+    p.add_argument("--device-iter-s", type=float,
+                   help="thesis projection: one device's iteration alone (default: stated)")
+
+
+def _link(name: str):
+    """An argparse ``type`` for GBPS,LATENCY_US."""
+    def parse(text: str):
+        from swinkit.attribution.links import Link
+        try:
+            gbps, us = (float(x) for x in text.split(","))
+            return Link(gbps, us * 1e-6)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{name}: want GBPS,LATENCY_US ({exc})") from None
+    return parse
+
+
+def _predict(args) -> int:
+    """--predict / --predict-from: held out, predicted only, from stored, or the projection."""
+    import json
+
+    from swinkit.launch import LaunchError
+    from swinkit.report.prediction_text import held_out_lines
+    from swinkit.result_files import write_json_atomic
+    try:
+        if args.stored:
+            from swinkit.experiments.predict_run import from_stored
+            stored = json.loads(Path(args.stored).read_text())
+            report = from_stored(stored, args.predict or [], args.link, args.nodes,
+                                 args.inter_link)
+            lines = held_out_lines(report)
+        elif args.run:
+            from swinkit.experiments.predict_run import held_out
+            from swinkit.injection import parse_injection
+            sources = args.predict_from or args.world_sizes
+            sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
+            report = held_out(args.preset, sizes, sources, iters=args.iters,
+                              repeats=args.repeats, score=not args.predict,
+                              injection=parse_injection(args.inject))
+            lines = held_out_lines(report)
+        elif args.preset == "thesis" and args.predict:
+            report, lines = _projection(args)
+        else:
+            raise ValueError("--predict needs --run (measure now), --stored JSON (a saved "
+                             "prediction), or --preset thesis (the projection)")
+    except (LaunchError, ValueError, OSError) as exc:
+        return _failed(exc)
+    print("\n".join(lines))
+    if args.json:
+        write_json_atomic(args.json, report)
+        print(f"JSON report: {args.json}")
+    return 0
+
+
+def _projection(args) -> tuple[dict, list[str]]:
+    """The thesis's systems projected from stated figures (--link, --device-iter-s replace them)."""
+    from dataclasses import replace
+
+    from swinkit.attribution.links import THESIS_DEVICES, thesis_projection
+    from swinkit.report.prediction_text import projection_lines
+    devices = {k: replace(d, link=args.link or d.link, iter_s=args.device_iter_s or d.iter_s)
+               for k, d in THESIS_DEVICES.items()}
+    proj = thesis_projection(devices, sorted(set(args.predict) | {1}))
+    return {"projection": proj, "predicted": True}, projection_lines(proj)
 
 
 def _reasons(reasons: dict) -> dict:

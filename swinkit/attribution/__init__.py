@@ -12,6 +12,8 @@
     blame.py        each wait charged to the rank and phase that caused it
     neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
+    extrapolate.py  the iteration at a world size not run (held out), from a smaller run
+    links.py        the ring all-reduce from link figures, multi-node, the thesis projection
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)

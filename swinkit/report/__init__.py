@@ -2,6 +2,7 @@
 
     ddp_table.py    one DDP run (``swinkit ddp``): phases, blame, skew, straggler
     text.py         the attribution report as terminal text
+    prediction_text.py  the held-out prediction and the thesis projection as text
     figures.py      its figures as PNG bytes
     page.py         its self-contained HTML page (figures embedded) and the PNGs beside it
     html.py         the page's building blocks: escaping, tables, embedded figures, its style

@@ -1,0 +1,239 @@
+"""The iteration at a world size nobody has run, from a run at a smaller one (held out).
+
+The oracle (:mod:`swinkit.attribution.oracle`) replays a run from components measured inside
+that run's own launch at that N: a strong check of the decomposition, and no answer to "what
+will N' give me". Here the run at the largest measured size N0 supplies what does not depend
+on N', and what does is either measured cheaply at N' without the model or modelled:
+
+* **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
+  N0, each of N' ranks given that same profile;
+* **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
+  worker the share of an iteration it spends loading; while N' ranks need more cores than the
+  host has, every compute phase slows by the overcommit (a fluid share of the cores), relative
+  to the overcommit at N0 (:func:`core_slowdown`);
+* **loading**: the supply with N' loaders at once, measured at N' (only the excess of a
+  batch's loading over compute stalls when loader workers prefetch);
+* **communication**: the model's bucket all-reduces and its buffer broadcast timed at N' (or,
+  where nothing can be timed, the ring model of :mod:`swinkit.attribution.links`); the replay
+  overlaps them with backward as DDP does, with the contention rates of the largest measured
+  size above one (none, rate 1, where only one rank was run);
+* **waiting for the slowest rank**: each step waits for the slowest of N' ranks. The
+  per-rank, per-iteration local work samples of the run at N0 are taken as independent draws;
+  the measured iteration is a median, so the prediction adds the median of the maximum of N'
+  draws less the median of one, from the empirical distribution's order statistics: the
+  maximum of N' draws is below x with probability F(x)^N', so its median is the
+  0.5^(1/N') quantile (:func:`median_max`; :func:`expected_max` gives the mean, reported).
+
+Everything this returns is a prediction and carries its assumptions (``assumptions``).
+Numbers only: no torch, no processes.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from swinkit.attribution.oracle import simulate
+
+COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
+
+
+@dataclass
+class Host:
+    """What N' ranks share on one host: its cores, and what each rank keeps busy."""
+    cores: int
+    threads_per_rank: int = 1
+    loader_workers: int = 0
+    images_per_rank: int = 1
+
+
+@dataclass
+class Target:
+    """What was measured (or stated) at the target size N', without the model."""
+    world_size: int
+    bucket_comm_s: list[float]
+    broadcast_s: float = 0.0
+    supply_images_per_s: float | None = None  # per rank, N' loaders at once
+    source: str = "timed at N'"
+    notes: list[str] = field(default_factory=list)
+    ranks_per_node: int | None = None  # sharing one host's cores (default: every rank)
+    # a rank's wait at one sync point for the slowest of N' ranks doing equal fixed work,
+    # timed at N' (the host's time-sharing); None: not timed
+    sync_wait_s: float | None = None
+    # backward vs all-reduce contention rates timed at N' with a stand-in for backward
+    contention: dict = field(default_factory=dict)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by linear interpolation between order statistics
+    (position q x (m - 1) in the sorted values; numpy's default).
+
+    >>> quantile([1.0, 2.0, 3.0], 0.75)
+    2.5
+    """
+    if not values:
+        raise ValueError("quantile of no values")
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median_max(values: list[float], n: int) -> float:
+    """The median of the maximum of ``n`` independent draws from ``values``' empirical
+    distribution: its 0.5^(1/n) quantile (P(max <= x) = F(x)^n)."""
+    return quantile(values, 0.5 ** (1 / n))
+
+
+def expected_max(values: list[float], n: int) -> float:
+    """E[max of ``n`` independent draws] from ``values`` (each equally likely): the i-th
+    smallest of m is the maximum with probability (i/m)^n - ((i-1)/m)^n.
+
+    >>> expected_max([1.0, 2.0], 2)  # max is 2 unless both draws are 1 (probability 1/4)
+    1.75
+    """
+    xs, m = sorted(values), len(values)
+    return sum(x * ((i / m) ** n - ((i - 1) / m) ** n) for i, x in enumerate(xs, 1))
+
+
+def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> float:
+    """How much slower compute runs at ``n`` ranks than at ``n0`` on one ``host``: each rank
+    keeps threads_per_rank + loader_workers x worker_busy cores busy; beyond the host's cores
+    every busy thread gets cores / demand of one (fluid sharing).
+
+    >>> core_slowdown(4, 1, Host(cores=2))  # 4 ranks of 1 thread on 2 cores: half speed
+    2.0
+    """
+    per_rank = host.threads_per_rank + host.loader_workers * min(max(worker_busy, 0.0), 1.0)
+
+    def over(k):
+        return max(1.0, k * per_rank / host.cores)
+    return over(n) / over(n0)
+
+
+def median_profile(costs: dict) -> list[dict]:
+    """Per micro-batch position, the ranks' median of each phase and of each bucket's ready
+    time: one rank standing for every rank (the medians, not the samples)."""
+    ranks = costs["ranks"]
+    out = []
+    for p in range(costs["grad_accum"]):
+        pos = [r["positions"][p] for r in ranks]
+        names = pos[0]["phases_s"]
+        n_buckets = min(len(x["bucket_ready_s"]) for x in pos)
+        out.append({"phases_s": {k: statistics.median(x["phases_s"][k] for x in pos) for k in names},
+                    "bucket_ready_s": [statistics.median(x["bucket_ready_s"][j] for x in pos)
+                                       for j in range(n_buckets)]})
+    return out
+
+
+def work_samples(costs: dict) -> list[float]:
+    """Each rank's local work per micro-batch in each measured optimizer step (the sum of its
+    phases), pooled over the ranks: the draws the slowest-of-N' term is taken from."""
+    k = costs["grad_accum"]
+    out = []
+    for r in costs["ranks"]:
+        steps = min(len(p.get("samples") or []) for p in r["positions"])
+        for i in range(steps):
+            out.append(sum(sum(r["positions"][p]["samples"][i]["phases_s"].values())
+                           for p in range(k)) / k)
+    return out
+
+
+def predict_at(costs: dict, target: Target, host: Host, network: bool = True) -> dict:
+    """The iteration at ``target.world_size`` from ``costs`` (the component costs of the run at
+    the largest measured size, :func:`swinkit.runs.component_costs.costs`). ``network=False``
+    drops the communication terms (the trap of a model that pins its network term to zero).
+    Returns ``predicted_iter_s`` and its parts, every figure predicted."""
+    n, n0 = target.world_size, costs["world_size"]
+    profile = median_profile(costs)
+    local = sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
+    load_s = (host.images_per_rank / target.supply_images_per_s
+              if target.supply_images_per_s else None)
+    busy = min(load_s / local, 1.0) if (load_s and local > 0) else 0.0
+    slow = core_slowdown(target.ranks_per_node or n, n0, host, busy)
+    positions = []
+    for p in profile:
+        ph = dict(p["phases_s"])
+        compute = sum(ph[k] for k in COMPUTE_PHASES if k in ph) * slow
+        for k in COMPUTE_PHASES:
+            if k in ph:
+                ph[k] *= slow
+        if load_s is not None:
+            # no workers: the rank loads itself; with workers only the excess over compute
+            stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
+            ph["data_wait"] = stall if host.loader_workers == 0 else max(ph["data_wait"], stall)
+        positions.append({"phases_s": ph,
+                          "bucket_ready_s": [t * slow for t in p["bucket_ready_s"]]})
+    comm = list(target.bucket_comm_s) if network else [0.0] * len(target.bucket_comm_s)
+    replay_costs = {
+        "world_size": n, "grad_accum": costs["grad_accum"],
+        "contention": costs.get("contention") if n0 > 1 else target.contention,
+        "ranks": [{"rank": r, "positions": positions} for r in range(n)],
+        "bucket_comm_s": comm, "broadcast_s": target.broadcast_s if network else 0.0,
+        "buffer_sync": costs.get("buffer_sync", True),
+        "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
+    base = simulate(replay_costs)
+    samples = work_samples(costs)
+    jitter = ((median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
+    # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
+    # what equal work waited for the slowest rank at N'; the larger of the two estimates.
+    # Ranks time-sliced on too few cores are not independent draws (one fair scheduler
+    # evens them out): there the timed wait alone stands.
+    points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
+    desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
+    shared = slow > 1 and target.sync_wait_s is not None
+    jitter = desync if shared else max(jitter, desync)
+    predicted = base["predicted_iter_s"] + jitter
+    parts = dict(base["components_s"])
+    parts["slowest_rank_wait"] = jitter
+    return {"world_size": n, "predicted_iter_s": predicted, "components_s": parts,
+            "core_slowdown": slow, "worker_busy": busy, "load_s": load_s,
+            "jitter_s": jitter, "sync_points_wait_s": desync,
+            "expected_max_work_s": expected_max(samples, n) if samples else None,
+            "bucket_comm_s": comm, "broadcast_s": replay_costs["broadcast_s"],
+            "comm_source": target.source if network else "network term dropped",
+            "assumptions": assumptions(costs, target, host) + list(target.notes)}
+
+
+def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
+    """What the prediction at ``target`` takes for granted, in words."""
+    n0 = costs["world_size"]
+    out = [
+        f"per-rank compute is the median rank's local phases of the run at world size {n0} "
+        "(the largest measured), the same on every rank",
+        f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "
+        f"{host.loader_workers} loader worker(s) per rank; beyond the cores compute slows by "
+        "the overcommit (fluid sharing), gloo's threads not counted",
+        "per-rank iteration times are independent draws from the measured per-rank, "
+        "per-iteration samples; the slowest-of-N' wait is the median of their maximum "
+        "(order statistics of the empirical distribution), or, if larger, the wait per sync "
+        "point timed at N' with equal work on every rank (sync_wait_s) times the sync points "
+        "(buckets + buffer broadcast); where the ranks overcommit the cores the timed "
+        "wait alone",
+        f"communication: bucket all-reduces and buffer broadcast {target.source}",
+        ("contention between backward and all-reduce: the rates measured at world size "
+         f"{n0}") if n0 > 1 else (
+            "contention between backward and all-reduce: the rates timed at N' with fixed "
+            f"matmul work standing in for backward {target.contention}" if target.contention
+            else "contention between backward and all-reduce: none (one rank was run, and "
+                 "no rate was timed at N')"),
+        "SyncBN collectives: none (CPU presets; GPU presets at N > 1 need them timed at N')",
+    ]
+    if target.supply_images_per_s is None:
+        out.append("loading: the measured data wait at the largest measured size, unchanged")
+    else:
+        out.append("loading: the supply with N' loaders at once, measured at N'")
+    return out
+
+
+def efficiency(t1: float, tn: float) -> float:
+    """Weak-scaling efficiency T(1) / T(N): each rank's images are fixed."""
+    return t1 / tn
+
+
+def naive(t1: float, target: Target) -> dict:
+    """The two baselines: perfect scaling (T(N') = T(1)), and T(1) plus the buckets' isolated
+    all-reduce at N' (no overlap, nothing else changes)."""
+    return {"perfect_scaling_s": t1, "plus_allreduce_s": t1 + sum(target.bucket_comm_s)}

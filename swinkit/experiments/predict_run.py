@@ -1,0 +1,273 @@
+"""Predict world sizes that were not run (``tools/attribute.py --predict``), and score the
+prediction against the run when it is made afterwards (held out).
+
+Per launch: the "from" world sizes run as ``--run`` runs them (paired DDP launches, the
+components measured beside the DDP steps); then, at each target size N', what is cheap to
+measure without the model, in one launch of N' ranks: the loader's supply with N' loaders at
+once, then the model's bucket all-reduces (the payloads of the run's own buckets) and its
+buffer broadcast timed as the component run times them (cold, the slowest rank's).
+:mod:`swinkit.attribution.extrapolate` predicts N' from the largest "from" run and those
+timings; with ``score`` the DDP run at N' follows, and the error is reported per launch.
+Nothing measured at N' by the DDP run is used by the prediction.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+
+from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
+from swinkit.attribution.links import Link, fit_link, ring_target
+from swinkit.attribution.oracle import accuracy
+from swinkit.injection import Injection
+from swinkit.launch import LaunchConfig, launch
+from swinkit.runs.component_costs import costs, predict_from
+from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
+from swinkit.runs.ddp_sweep import images_per_rank
+from swinkit.runs.sweep import oversubscribe_allowed
+
+
+def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtype: str,
+                buffer_shapes: list, batches: int = 10) -> dict:
+    """Rank entry: the loader's supply with every rank's loader at once, then the buckets'
+    all-reduces and the buffer broadcast over these ranks (no model is built)."""
+    import torch
+    import torch.distributed as dist
+
+    from swinkit.components.loader_throughput import loader_rank
+    from swinkit.rank.collective_timing import time_collectives
+
+    supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
+    device = torch.device("cpu")
+    dist.barrier()  # the loaders' workers are gone before the collectives are timed
+    same_host = True  # one host: the launch here is single-node
+    comm = time_collectives(elements, getattr(torch, dtype), device, "all_reduce", cold=True,
+                            same_host=same_host)
+    broadcast = 0.0
+    if buffer_shapes:
+        tensors = [[torch.zeros(s, dtype=getattr(torch, d)) for s, d in buffer_shapes]]
+        world = time_collectives([], None, device, "broadcast_coalesced", cold=True,
+                                 tensors=tensors, same_host=same_host)[0]
+        alone_group = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
+        alone = time_collectives([], None, device, "broadcast_coalesced", cold=True,
+                                 tensors=tensors, group=alone_group)[0]
+        broadcast = max(world - alone, 0.0)  # what N ranks add over one, as the components
+    return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
+            "broadcast_s": broadcast, "sync_wait_s": lockstep_wait(rank.world_size),
+            "contention": proxy_contention(elements, getattr(torch, dtype), device)
+            if rank.world_size > 1 else {}}
+
+
+def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
+                     work: int = 40) -> dict:
+    """The contention rates (:mod:`swinkit.measure.contention`) with fixed matmul work standing
+    in for backward: that work alone, then beside the buckets' all-reduces running round after
+    round on a thread (every rank at once), and the rounds alone (hot) against beside it."""
+    import time
+
+    import torch
+
+    from swinkit.measure.contention import CommLoad, rates
+    from swinkit.rank.collective_timing import time_collectives
+
+    a = torch.randn(160, 160)
+
+    def chunk() -> float:
+        start = time.perf_counter()
+        for _ in range(work):
+            a @ a
+        return time.perf_counter() - start
+
+    alone = [chunk() for _ in range(reps)]
+    round_alone = sum(time_collectives(elements, dtype, device, "all_reduce"))
+    load = CommLoad(elements, dtype, device)
+    load.start()
+    loaded = [chunk() for _ in range(reps)]
+    load.finish()
+    load.join_or_raise(timeout_s=300)
+    got = rates(alone, loaded, round_alone, load.rounds)
+    return {k: got[k] for k in ("compute_rate", "comm_rate") if got[k] is not None}
+
+
+def lockstep_wait(world_size: int, reps: int = 20, work: int = 12) -> float:
+    """Seconds a rank waits at a sync point for the slowest of the N' ranks when each has the
+    same fixed work before it (matmuls, one thread): the host's time-sharing made visible
+    (other processes' load desynchronises ranks that no per-rank sample at a smaller N shows).
+    The ranks' mean of each one's trimmed mean wait; 0 at one rank."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from swinkit.rank.collective_timing import trimmed_mean
+
+    if world_size == 1:
+        return 0.0
+    a = torch.randn(160, 160)
+    waits = []
+    for _ in range(2 + reps):  # 2 warm-up rounds
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(work):
+            a @ a
+        own = time.perf_counter() - start
+        dist.barrier()  # the sync point: every rank waits here for the slowest
+        waits.append(time.perf_counter() - start - own)
+    mine = torch.tensor([trimmed_mean(waits[2:])], dtype=torch.float64)
+    dist.all_reduce(mine)
+    return float(mine) / world_size
+
+
+def measure_target(preset: str, world_size: int, basis: dict, progress=print) -> Target:
+    """The target-size measurements for a prediction from ``basis`` (a paired run's result)."""
+    comm = basis["local_run"]["ranks"][0]["comm"]
+    progress(f"[world size {world_size}] without the model: loader supply with {world_size} "
+             "loaders at once, the buckets' all-reduces and the buffer broadcast")
+    lc = LaunchConfig(world_size=world_size, allow_oversubscribe=oversubscribe_allowed())
+    ranks = launch(f"{__name__}:target_rank",
+                   dict(preset=preset, workers=basis["loader_workers"], elements=comm["elements"],
+                        dtype=comm["dtype"], buffer_shapes=basis["ranks"][0]["buffer_shapes"]
+                        if comm.get("buffer_sync", True) else []), lc, quiet=True).result["ranks"]
+    return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
+                  statistics.median(r["images_per_s"] for r in ranks),
+                  sync_wait_s=ranks[0].get("sync_wait_s"),
+                  contention=_median_rates(ranks))
+
+
+def _median_rates(ranks: list[dict]) -> dict:
+    """The ranks' median of each proxy rate (as the component run's rates are combined)."""
+    import statistics as st
+    names = {k for r in ranks for k in r.get("contention") or {}}
+    return {k: st.median(r["contention"][k] for r in ranks if k in (r.get("contention") or {}))
+            for k in names}
+
+
+def host_of(run: dict) -> Host:
+    """This host as the runs found it: its cores, and what each rank keeps busy."""
+    return Host(cores=os.cpu_count() or 1, threads_per_rank=run["threads_per_rank"],
+                loader_workers=run["loader_workers"], images_per_rank=run["images_per_rank"])
+
+
+def predict_one(basis: dict, t1_s: float, target: Target) -> dict:
+    """The prediction at ``target`` from ``basis`` (:func:`basis_of` the largest "from" run)
+    with the baselines and the model with its network term dropped beside it."""
+    c, host = basis["costs"], Host(**basis["host"])
+    pred = predict_at(c, target, host)
+    pred.update(naive(t1_s, target))
+    pred["no_network_s"] = predict_at(c, target, host, network=False)["predicted_iter_s"]
+    pred["from_world_size"] = c["world_size"]
+    pred["t1_s"] = t1_s
+    pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
+    return pred
+
+
+def basis_of(run: dict) -> dict:
+    """What a prediction keeps of the run it extrapolates (torch-free, JSON): its component
+    costs, the host's share of it, its buckets' bytes."""
+    return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
+            "bucket_bytes": list(run["bucket_sizes_bytes"])}
+
+
+def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),
+                inter: Link | None = None) -> dict:
+    """Predictions from a stored ``--predict`` JSON at sizes it did not measure: from its
+    bases, with the ring model's communication (``link``: stated, or fitted to the bucket
+    timings it stored at its targets; ``nodes``: that many nodes of the basis's size each,
+    over the ``inter`` link)."""
+    launches = []
+    for row in stored["launches"]:
+        basis = row["basis"]
+        intra = link or _fitted(row, basis)
+        g = basis["costs"]["world_size"]
+        targets = {str(ws): ring_target(basis["bucket_bytes"], ws, 1, intra) for ws in world_sizes}
+        targets.update({f"{k}x{g}": ring_target(basis["bucket_bytes"], g, k, intra, inter)
+                        for k in nodes})  # k nodes of g ranks
+        t1 = row["t1_s"]
+        launches.append({"launch": row["launch"], "t1_s": t1,
+                         "targets": {key: predict_one(basis, t1, t) for key, t in targets.items()}})
+    sizes = list(launches[0]["targets"]) if launches else []
+    return {"preset": stored["preset"], "from": stored["from"], "targets": sizes,
+            "launches": launches, "summary": {}, "stored": True}
+
+
+def _fitted(row: dict, basis: dict) -> Link:
+    """The link fitted to the bucket all-reduces a stored prediction timed at its targets."""
+    points = [(b, int(ws), t) for ws, p in row["targets"].items()
+              if p.get("comm_source") == "timed at N'"
+              for b, t in zip(basis["bucket_bytes"], p["bucket_comm_s"])]
+    try:
+        return fit_link(points)
+    except ValueError as exc:
+        # too few or too noisy points for two parameters: bandwidth alone, latency 0
+        x = sum(2 * (n - 1) / n * b for b, n, _ in points if n > 1)
+        t = sum(s for _, n, s in points if n > 1)
+        if x > 0 and t > 0:
+            return Link(x / t / 1e9, 0.0)
+        raise ValueError(f"--predict from stored results: {exc}; state the link with "
+                         "--link GBPS,LATENCY_US") from None
+
+
+def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
+             repeats: int = 3, score: bool = True, injection=None, progress=print) -> dict:
+    """Per launch: run the ``predict_from_sizes``, predict every larger size of
+    ``world_sizes`` from them, then (``score``) run it and score the prediction. Returns
+    ``{"launches": [...], "summary": {size: ...}}``."""
+    sources = sorted(set(predict_from_sizes))
+    targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
+    if not targets:
+        raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
+    injection = injection or Injection()
+    images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
+    launches = []
+    for k in range(repeats):
+        runs = {}
+        for ws in sources:
+            progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
+            runs[ws] = run_ddp(_paired(preset, ws, iters, warmup, injection, images[ws]),
+                               progress=progress)
+        basis, t1 = basis_of(runs[sources[-1]]), runs[sources[0]]["iter_s"]
+        row = {"launch": k + 1, "measured_from": {ws: r["iter_s"] for ws, r in runs.items()},
+               "t1_s": t1, "basis": basis, "targets": {},
+               # the host's 1-minute load at the launch (others' processes share the cores)
+               "load_average": os.getloadavg()[0]}
+        for ws in targets:
+            target = measure_target(preset, ws, runs[sources[-1]], progress)
+            pred = predict_one(basis, t1, target)
+            if score:  # written before the run: nothing of the run reaches the prediction
+                progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
+                spec = _paired(preset, ws, iters, warmup, injection, images[ws])
+                run = run_ddp(spec, progress=progress)
+                pred["measured_iter_s"] = run["iter_s"]
+                pred["measured_efficiency"] = t1 / run["iter_s"]
+                paired = predict_from(run["local_run"], spec)
+                pred["paired_oracle_s"] = paired["predicted_iter_s"]
+                pred["paired_components_s"] = paired["components_s"]  # what the model missed
+                for key, name in (("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
+                                  ("plus_allreduce_s", "plus_allreduce"),
+                                  ("no_network_s", "no_network"), ("paired_oracle_s", "paired")):
+                    pred.setdefault("accuracy", {})[name] = accuracy(pred[key], run["iter_s"])
+            row["targets"][ws] = pred
+        launches.append(row)
+    return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
+            "summary": summarize(launches, targets), "injection": injection.to_dict()}
+
+
+def _paired(preset, ws, iters, warmup, injection, images):
+    """The spec ``--run`` launches (paired, weak scaling): measured alike at every size."""
+    lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
+    return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
+                      injection=injection.for_world_size(ws),
+                      overrides={"images_per_rank": images}, paired=True)
+
+
+def summarize(launches: list[dict], targets: list[int]) -> dict:
+    """Per target size: each launch's accuracy per predictor, and the worst launch's."""
+    out = {}
+    for ws in targets:
+        rows = [row["targets"][ws] for row in launches if "accuracy" in row["targets"].get(ws, {})]
+        if not rows:
+            continue
+        names = rows[0]["accuracy"]
+        out[ws] = {name: {"per_launch_pct": [r["accuracy"][name]["accuracy_pct"] for r in rows],
+                          "worst_pct": min(r["accuracy"][name]["accuracy_pct"] for r in rows)}
+                   for name in names}
+    return out

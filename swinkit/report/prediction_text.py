@@ -1,0 +1,84 @@
+"""Text of the held-out prediction (``tools/attribute.py --predict``) and the thesis projection:
+every predicted figure labelled as such, the two naive predictions beside swinkit's, the
+assumptions listed. Rendering only: the numbers come from
+:mod:`swinkit.experiments.predict_run` and :mod:`swinkit.attribution.links`."""
+from __future__ import annotations
+
+from swinkit.attribution.thesis import THESIS_SPEEDUPS
+
+PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1)"),
+              ("plus_allreduce", "T(1) + all-reduce at N'"), ("no_network", "no network term"),
+              ("paired", "oracle paired at N' (not held out)"))
+
+
+def held_out_lines(result: dict) -> list[str]:
+    """The per-launch table, the per-size worst accuracy of each predictor, the predicted parts
+    of the first launch and the assumptions."""
+    scored = bool(result.get("summary"))
+    src = ",".join(str(s) for s in result["from"])
+    out = [f"Predicted world sizes {','.join(str(t) for t in result['targets'])} (KxG: K nodes "
+           f"of G ranks) from world "
+           f"size(s) {src} ({result['preset']} preset): every 'predicted' figure was made "
+           "before any DDP run at that size" + (" and then scored against it" if scored else "")]
+    head = f"{'launch':>6} {'N':>3} {'T(1) s':>8} {'predicted s':>12} {'pred. E':>8}"
+    head += f" {'perfect s':>10} {'+allreduce s':>13}"
+    if scored:
+        head += f" {'measured s':>11} {'meas. E':>8} {'acc. model':>10} {'perfect':>8} {'+allred.':>9}"
+    out.append(head)
+    for row in result["launches"]:
+        for ws, p in sorted(row["targets"].items(), key=lambda kv: kv[1]["world_size"]):
+            line = (f"{row['launch']:>6} {str(ws):>3} {p['t1_s']:8.4f} {p['predicted_iter_s']:12.4f} "
+                    f"{p['predicted_efficiency']:8.3f} {p['perfect_scaling_s']:10.4f} "
+                    f"{p['plus_allreduce_s']:13.4f}")
+            if "measured_iter_s" in p:
+                acc = p["accuracy"]
+                line += (f" {p['measured_iter_s']:11.4f} {p['measured_efficiency']:8.3f} "
+                         f"{acc['model']['accuracy_pct']:9.1f}% {acc['perfect']['accuracy_pct']:7.1f}%"
+                         f" {acc['plus_allreduce']['accuracy_pct']:8.1f}%")
+            out.append(line)
+    loads = [row["load_average"] for row in result["launches"] if "load_average" in row]
+    if loads:
+        out.append("host load average (1 min) at each launch: "
+                   + ", ".join(f"{x:.1f}" for x in loads))
+    for ws, by in sorted((result.get("summary") or {}).items(), key=lambda kv: int(kv[0])):
+        out.append(f"world size {ws}, accuracy per launch (worst):")
+        for key, label in PREDICTORS:
+            if key in by:
+                pcts = ", ".join(f"{v:.1f}" for v in by[key]["per_launch_pct"])
+                out.append(f"  {label:38s} {pcts} % ({by[key]['worst_pct']:.1f} %)")
+    first = result["launches"][0]["targets"] if result["launches"] else {}
+    for ws, p in sorted(first.items(), key=lambda kv: kv[1]["world_size"]):
+        parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["components_s"].items())
+        out.append(f"predicted parts at N={ws} (launch 1, ms): {parts}; compute slowed "
+                   f"x{p['core_slowdown']:.2f} by shared cores; communication {p['comm_source']}")
+        if p.get("paired_components_s"):
+            parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["paired_components_s"].items())
+            out.append(f"  measured in the run at N={ws} afterwards (paired components, ms): "
+                       f"{parts}")
+    if first:
+        out.append("assumptions:")
+        out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
+    return out
+
+
+def projection_lines(projection: dict, measured: dict | None = None) -> list[str]:
+    """The thesis's table as a projection: predicted speedups beside the thesis's measured
+    ones, with the stated inputs each came from."""
+    measured = THESIS_SPEEDUPS if measured is None else measured
+    out = ["PROJECTION (predicted from stated device and link figures, not measured): weak-"
+           "scaling speedup S(N) = N x T(1) / T(N) beside the thesis's measured speedups"]
+    for key, proj in projection.items():
+        rows = proj["rows"]
+        out.append(f"{key}: inputs: iteration alone {proj['iter_s']:.3f} s (backward "
+                   f"{proj['backward_share']:.0%}), gradient {proj['gradient_bytes'] / 1e6:.1f} MB, "
+                   f"link {proj['link_gbps']:g} GB/s, {proj['link_latency_s'] * 1e6:g} us")
+        for n, r in rows.items():
+            thesis = (measured.get(key) or {}).get(int(n))
+            seen = f"{thesis:.2f}" if thesis is not None else "-"
+            out.append(f"  N={int(n)}: predicted speedup {r['speedup']:.2f} (all-reduce "
+                       f"{r['allreduce_s'] * 1e3:.1f} ms, exposed {r['exposed_s'] * 1e3:.1f} ms); "
+                       f"thesis measured {seen}")
+    out.append("  (where the projection is far above the thesis, the all-reduce on these links "
+               "does not explain the thesis's loss: the rest lies in what the projection leaves "
+               "out: loading, host cores, SyncBN, waiting for stragglers)")
+    return out

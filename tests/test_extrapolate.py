@@ -1,0 +1,174 @@
+"""The held-out prediction's model, on hand-worked examples (no launch, no torch)."""
+import math
+
+import pytest
+
+from swinkit.attribution.extrapolate import (Host, Target, core_slowdown, efficiency,
+                                             expected_max, median_max, naive, predict_at,
+                                             quantile)
+from swinkit.attribution.links import Device, Link, fit_link, project, ring_allreduce_s, ring_target
+
+PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+          "optimizer": 0.1, "other": 0.0}
+BIG_HOST = Host(cores=64)  # no core sharing in the examples that test something else
+
+
+def one_rank_costs(work=(1.0,), ready=(0.25, 0.5)):
+    """A run at one rank whose median local iteration is 1.0 s (0.4 forward, 0.5 backward,
+    0.1 optimizer) and whose per-iteration work is ``work`` (the spread lies in forward)."""
+    samples = [{"phases_s": {**PHASES, "forward": 0.4 + w - 1.0}, "bucket_ready_s": list(ready)}
+               for w in work]
+    return {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+            "ranks": [{"rank": 0, "positions": [{"phases_s": dict(PHASES),
+                                                 "bucket_ready_s": list(ready),
+                                                 "samples": samples}]}],
+            "bucket_comm_s": [0.0, 0.0], "broadcast_s": 0.0}
+
+
+def test_order_statistics_by_hand():
+    # 4 values: the 0.5^(1/2) = 0.70711 quantile sits at position 3 x 0.70711 = 2.1213
+    assert median_max([1.0, 2.0, 3.0, 4.0], 2) == pytest.approx(3.0 + 0.12132, abs=1e-4)
+    assert median_max([1.0, 2.0, 3.0, 4.0], 1) == pytest.approx(2.5)
+    # E[max of 2] = (1 x 1 + 2 x 3 + 3 x 5 + 4 x 7) / 16 = 50 / 16
+    assert expected_max([4.0, 1.0, 3.0, 2.0], 2) == pytest.approx(50 / 16)
+    assert expected_max([1.0, 2.0, 3.0, 4.0], 1) == pytest.approx(2.5)
+    assert quantile([5.0], 0.9) == 5.0
+    with pytest.raises(ValueError, match="q must be"):
+        quantile([1.0], 1.5)
+
+
+def test_spread_of_per_rank_times_lowers_predicted_efficiency():
+    """Same median (1.0 s), two spreads: without spread two ranks wait for nobody; with work
+    0.8..1.2 s the slowest of two has median quantile 0.70711 of 5 draws: position 2.8284,
+    1.0 + 0.8284 x 0.1 = 1.08284 s, so E(2) = 1 / 1.08284 = 0.9235."""
+    target = Target(2, [0.0, 0.0])
+    narrow = predict_at(one_rank_costs(work=(1.0,) * 5), target, BIG_HOST)
+    wide = predict_at(one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2)), target, BIG_HOST)
+    assert narrow["predicted_iter_s"] == pytest.approx(1.0)
+    assert wide["jitter_s"] == pytest.approx(0.082843, abs=1e-5)
+    assert wide["predicted_iter_s"] == pytest.approx(1.082843, abs=1e-5)
+    assert efficiency(1.0, wide["predicted_iter_s"]) == pytest.approx(0.92351, abs=1e-4)
+    # at 8 ranks the wait grows: the 0.5^(1/8) = 0.91700 quantile
+    wide8 = predict_at(one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2)), Target(8, [0.0, 0.0]),
+                       BIG_HOST)
+    # (position 4 x 0.91700 = 3.6680 of 0.8..1.2: 1.1668 s, less the median 1.0)
+    assert wide8["jitter_s"] == pytest.approx(0.16680, abs=1e-5)
+
+
+def test_dropping_the_network_term_predicts_too_well():
+    """Buckets ready 0.25 s and 0.5 s into a 0.5 s backward (which starts at 0.4 s), all-reduces
+    of 0.2 s and 0.1 s timed at N' = 2: bucket 0 runs 0.65-0.85, bucket 1 0.9-1.0, backward
+    returns at 1.0, the optimizer ends the step at 1.1 s: E(2) = 1 / 1.1. With the network
+    term pinned to zero the same model says 1.0 s, perfect scaling: the trap."""
+    target = Target(2, [0.2, 0.1])
+    with_net = predict_at(one_rank_costs(), target, BIG_HOST)
+    without = predict_at(one_rank_costs(), target, BIG_HOST, network=False)
+    assert with_net["predicted_iter_s"] == pytest.approx(1.1)
+    assert without["predicted_iter_s"] == pytest.approx(1.0)
+    assert efficiency(1.0, without["predicted_iter_s"]) == pytest.approx(1.0)
+    baselines = naive(1.0, target)
+    assert baselines == pytest.approx({"perfect_scaling_s": 1.0, "plus_allreduce_s": 1.3})
+    assert without["comm_source"] == "network term dropped"
+    assert any("none (one rank was run" in a for a in with_net["assumptions"])
+
+
+def test_shared_cores_slow_compute_by_the_overcommit():
+    assert core_slowdown(4, 1, Host(cores=2)) == 2.0
+    assert core_slowdown(4, 2, Host(cores=2)) == 2.0   # 2 ranks fit, 4 need twice the cores
+    assert core_slowdown(2, 1, Host(cores=2)) == 1.0
+    # a loader worker busy half the iteration: 1.5 cores per rank, 3 for two ranks on 2
+    assert core_slowdown(2, 1, Host(cores=2, loader_workers=1), worker_busy=0.5) == 1.5
+    # 4 ranks on 2 cores: every phase twice as long, 2.0 s instead of 1.0
+    pred = predict_at(one_rank_costs(), Target(4, [0.0, 0.0]), Host(cores=2))
+    assert pred["core_slowdown"] == 2.0
+    assert pred["predicted_iter_s"] == pytest.approx(2.0)
+
+
+def test_loader_supply_at_target_stalls_only_its_excess_over_compute():
+    # 2 images at 1 image/s per rank: 2 s of loading per batch against 1 s of compute
+    host = Host(cores=64, loader_workers=1, images_per_rank=2)
+    pred = predict_at(one_rank_costs(), Target(2, [0.0, 0.0], supply_images_per_s=1.0), host)
+    assert pred["components_s"]["data_wait"] == pytest.approx(1.0)
+    assert pred["predicted_iter_s"] == pytest.approx(2.0)
+
+
+def test_ring_model_by_hand():
+    # 1 GB over 4 ranks at 10 GB/s, 10 us: 2 x 3/4 x 0.1 s + 6 x 10 us
+    assert ring_allreduce_s(1e9, 4, Link(10, 1e-5)) == pytest.approx(0.15006)
+    assert ring_allreduce_s(1e9, 1, Link(10, 1e-5)) == 0.0
+    with pytest.raises(ValueError, match="bandwidth_gbps"):
+        Link(0, 0)
+
+
+def test_multi_node_is_bound_by_the_inter_node_link():
+    intra, inter = Link(100, 1e-6), Link(10, 1e-5)
+    one = ring_target([1e9], 4, 1, intra)
+    two = ring_target([1e9], 4, 2, intra, inter)
+    assert one.bucket_comm_s[0] == pytest.approx(2 * 3 / 4 * 0.01 + 6e-6)
+    assert two.world_size == 8
+    assert two.bucket_comm_s[0] == pytest.approx(2 * 7 / 8 * 0.1 + 14e-5)
+    assert "inter-node" in two.source
+    with pytest.raises(ValueError, match="inter"):
+        ring_target([1e9], 4, 2, intra)
+
+
+def test_fit_link_recovers_stated_figures():
+    link = Link(5, 2e-5)
+    points = [(b, n, ring_allreduce_s(b, n, link)) for b in (1e6, 1e8) for n in (2, 4)]
+    fitted = fit_link(points)
+    assert fitted.bandwidth_gbps == pytest.approx(5)
+    assert fitted.latency_s == pytest.approx(2e-5)
+
+
+def test_projection_by_hand():
+    dev = Device("x", iter_s=1.0, backward_share=0.5, link=Link(10, 0.0))
+    rows = project(dev, 1e9, (1, 2, 8))
+    assert rows[1]["speedup"] == 1.0
+    # N = 2: 0.1 s ring, hidden but for the last bucket's 10 %: T = 1.01
+    assert rows[2]["speedup"] == pytest.approx(2 / 1.01)
+    # N = 8: 0.175 s ring, 0.0175 exposed
+    assert rows[8]["speedup"] == pytest.approx(8 / 1.0175)
+    slow = project(Device("y", 1.0, 0.05, Link(1, 0.0)), 1e9, (2,))
+    assert slow[2]["exposed_s"] == pytest.approx(1.0 - 0.05)
+    assert not math.isnan(slow[2]["efficiency"])
+
+
+def test_wait_timed_at_the_sync_points_when_it_exceeds_the_samples_spread():
+    """Equal work on 2 ranks waited 0.05 s per sync point at N' (a time-shared host); two
+    buckets are two sync points (no buffer broadcast here): 0.1 s on top of the 1.1 s step of
+    the network example, where the one-rank samples (no spread) would add nothing."""
+    pred = predict_at(one_rank_costs(), Target(2, [0.2, 0.1], sync_wait_s=0.05), BIG_HOST)
+    assert pred["sync_points_wait_s"] == pytest.approx(0.1)
+    assert pred["predicted_iter_s"] == pytest.approx(1.2)
+    # the larger of the two estimates, not their sum: a wide spread (0.0828 s) stays
+    wide = predict_at(one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2)),
+                      Target(2, [0.0, 0.0], sync_wait_s=0.01), BIG_HOST)
+    assert wide["jitter_s"] == pytest.approx(0.082843, abs=1e-5)
+
+
+def test_overcommitted_ranks_take_the_timed_wait_not_independent_draws():
+    """4 ranks on 2 cores: the samples' spread (max of 4 draws of 0.8..1.2 s, x2 for the
+    shared cores) would add 2 x (quantile 0.5^(1/4) = 0.8409 at position 3.3636: 1.13636 s
+    - 1.0) = 0.2727 s; the wait timed at 4 (0.01 s at each of 2 buckets) replaces it."""
+    costs = one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2))
+    untimed = predict_at(costs, Target(4, [0.0, 0.0]), Host(cores=2))
+    assert untimed["jitter_s"] == pytest.approx(0.27272, abs=1e-4)
+    timed = predict_at(costs, Target(4, [0.0, 0.0], sync_wait_s=0.01), Host(cores=2))
+    assert timed["jitter_s"] == pytest.approx(0.02)
+    assert timed["predicted_iter_s"] == pytest.approx(2.0 + 0.02)
+
+
+def test_contention_timed_at_target_slows_the_overlap_when_one_rank_was_run():
+    """The network example with backward at half speed while an all-reduce is in flight:
+    bucket 0 (0.65-0.85 s) leaves backward 0.1 s of work done in it (0.35 of 0.5 s at 0.85),
+    the last 0.15 s alone ends at 1.0, bucket 1 runs 1.0-1.1, the optimizer ends at 1.2 s."""
+    target = Target(2, [0.2, 0.1], contention={"compute_rate": 0.5, "comm_rate": 1.0})
+    pred = predict_at(one_rank_costs(), target, BIG_HOST)
+    assert pred["predicted_iter_s"] == pytest.approx(1.2)
+    assert any("timed at N' with fixed matmul work" in a for a in pred["assumptions"])
+
+
+def test_fit_link_refuses_a_negative_latency():
+    # the larger bucket faster than a small one: noise, not a link
+    with pytest.raises(ValueError, match="negative"):
+        fit_link([(1e6, 2, 0.003), (1.01e6, 2, 0.002)])

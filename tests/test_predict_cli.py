@@ -1,0 +1,132 @@
+"""tools/attribute.py --predict: the thesis projection, predicting from a stored prediction, bad
+input, and (slow) the held-out run on the test preset."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swinkit.attribution.links import Link, ring_allreduce_s
+from swinkit.report.prediction_text import held_out_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+          "optimizer": 0.1, "other": 0.0}
+
+
+def _attribute(*args, timeout=120):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _stored(link: Link) -> dict:
+    """A saved prediction: one launch whose basis is one rank of 1.0 s (0.4 forward, 0.5
+    backward, 0.1 optimizer), two buckets of 1 MB and 9 MB ready at the end of backward, the
+    buckets' all-reduces at N' = 2 timed as ``link``'s ring says."""
+    buckets = [1_000_000, 9_000_000]
+    position = {"phases_s": dict(PHASES), "bucket_ready_s": [0.5, 0.5],
+                "samples": [{"phases_s": dict(PHASES), "bucket_ready_s": [0.5, 0.5]}] * 3}
+    costs = {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+             "ranks": [{"rank": 0, "positions": [position]}], "bucket_comm_s": [0.0, 0.0],
+             "broadcast_s": 0.0}
+    timed = [ring_allreduce_s(b, 2, link) for b in buckets]
+    return {"preset": "test", "from": [1], "targets": [2], "summary": {}, "launches": [{
+        "launch": 1, "t1_s": 1.0,
+        "basis": {"costs": costs, "host": {"cores": 64, "threads_per_rank": 1,
+                                           "loader_workers": 0, "images_per_rank": 2},
+                  "bucket_bytes": buckets},
+        "targets": {"2": {"comm_source": "timed at N'", "bucket_comm_s": timed}}}]}
+
+
+def test_thesis_projection_is_labelled_with_its_inputs(tmp_path):
+    out = _attribute("--preset", "thesis", "--predict", "1,2,4,8", "--link", "10,10",
+                     "--json", str(tmp_path / "p.json"))
+    assert out.returncode == 0, out.stderr
+    assert "PROJECTION (predicted from stated device and link figures" in out.stdout
+    assert "thesis measured 1.43" in out.stdout and "N=8" in out.stdout
+    assert "link 10 GB/s, 10 us" in out.stdout
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["predicted"] is True
+    v100 = data["projection"]["CRC V100 (PCIe)"]["rows"]
+    # the ring at 10 GB/s, 10 us: 2 x 1/2 x 485.72 MB / 10 GB/s + 2 x 10 us at N = 2
+    assert v100["2"]["allreduce_s"] == pytest.approx(0.0485721 + 2e-5, rel=1e-5)
+
+
+def test_predict_from_stored_fits_the_link_and_adds_nodes(tmp_path):
+    """Bucket times at 2 made by a 1 GB/s, 100 us ring: the fit recovers it, so at 4 ranks
+    the 9 MB bucket takes 2 x 3/4 x 9 ms + 6 x 100 us = 14.1 ms; nodes of one rank over a
+    0.5 GB/s link bind every step to that link."""
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(_stored(Link(1.0, 1e-4))))
+    out = _attribute("--stored", str(path), "--predict", "4", "--nodes", "2",
+                     "--inter-link", "0.5,100", "--json", str(tmp_path / "o.json"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "o.json").read_text())
+    four = data["launches"][0]["targets"]["4"]
+    assert four["bucket_comm_s"][1] == pytest.approx(2 * 3 / 4 * 0.009 + 6e-4, rel=1e-6)
+    two_nodes = data["launches"][0]["targets"]["2x1"]  # 2 nodes of the basis's 1 rank
+    assert two_nodes["world_size"] == 2
+    assert two_nodes["bucket_comm_s"][1] == pytest.approx(2 * 1 / 2 * 0.018 + 2e-4, rel=1e-6)
+    assert "inter-node" in two_nodes["comm_source"]
+    # both buckets ready at the end of backward: nothing hides, 1.0 + both all-reduces
+    assert four["predicted_iter_s"] == pytest.approx(1.0 + sum(four["bucket_comm_s"]), rel=1e-6)
+    assert "perfect scaling" not in out.stderr and "predicted" in out.stdout
+
+
+def test_predict_needs_a_source():
+    out = _attribute("--preset", "cpu", "--predict", "4")
+    assert out.returncode == 2
+    assert "--predict needs --run" in out.stderr
+
+
+def test_stored_timings_that_cannot_separate_latency_fit_bandwidth_alone(tmp_path):
+    """Two equal 5 MB buckets at 2 ranks (5.2 ms each on a 1 GB/s, 100 us ring): bandwidth
+    alone, 2 x 5 MB / 10.4 ms = 0.96154 GB/s, latency 0; no timings at all: ask for --link."""
+    stored = _stored(Link(1.0, 1e-4))
+    stored["launches"][0]["basis"]["bucket_bytes"] = [5_000_000, 5_000_000]
+    stored["launches"][0]["targets"]["2"]["bucket_comm_s"] = [0.0052, 0.0052]
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(stored))
+    out = _attribute("--stored", str(path), "--predict", "4", "--json", str(tmp_path / "o.json"))
+    assert out.returncode == 0, out.stderr
+    four = json.loads((tmp_path / "o.json").read_text())["launches"][0]["targets"]["4"]
+    assert four["bucket_comm_s"][0] == pytest.approx(2 * 3 / 4 * 5e6 / 0.961538e9, rel=1e-5)
+    stored["launches"][0]["targets"] = {}
+    path.write_text(json.dumps(stored))
+    out = _attribute("--stored", str(path), "--predict", "4")
+    assert out.returncode == 2
+    assert "--link GBPS,LATENCY_US" in out.stderr
+
+
+def test_held_out_text_prints_the_baselines_and_assumptions():
+    pred = {"world_size": 2, "t1_s": 1.0, "predicted_iter_s": 1.1, "predicted_efficiency": 1 / 1.1,
+            "perfect_scaling_s": 1.0, "plus_allreduce_s": 1.3, "measured_iter_s": 1.12,
+            "measured_efficiency": 1 / 1.12, "components_s": {"forward": 0.4},
+            "core_slowdown": 1.0, "comm_source": "timed at N'", "assumptions": ["stated"],
+            "accuracy": {k: {"accuracy_pct": v} for k, v in
+                         (("model", 98.2), ("perfect", 89.3), ("plus_allreduce", 84.0))}}
+    lines = held_out_lines({"preset": "cpu", "from": [1], "targets": [2],
+                            "launches": [{"launch": 1, "targets": {2: pred}}],
+                            "summary": {2: {k: {"per_launch_pct": [v["accuracy_pct"]],
+                                                "worst_pct": v["accuracy_pct"]}
+                                            for k, v in pred["accuracy"].items()}}})
+    text = "\n".join(lines)
+    assert "swinkit (predicted)" in text and "98.2 %" in text
+    assert "perfect scaling T(1)" in text and "89.3 %" in text
+    assert "T(1) + all-reduce at N'" in text and "  - stated" in text
+
+
+@pytest.mark.slow
+def test_held_out_run_on_the_test_preset(tmp_path):
+    """2 predicted from 1 (collectives and loaders timed at 2), then run: the error is
+    reported; no figure is asserted (a shared machine's timing)."""
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--iters", "5", "--repeats", "1", "--json", str(tmp_path / "h.json"),
+                     timeout=600)
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "h.json").read_text())
+    two = data["launches"][0]["targets"]["2"]
+    assert two["from_world_size"] == 1 and two["comm_source"] == "timed at N'"
+    assert set(two["accuracy"]) >= {"model", "perfect", "plus_allreduce", "paired"}
+    assert "world size 2, accuracy per launch" in out.stdout
