@@ -238,3 +238,41 @@ def test_grad_accum_arguments_fail_before_any_launch(argv, message, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert not out.exists() and "optimizer steps" not in proc.stdout
+
+
+def test_report_says_how_far_its_blame_was_checked_on_this_machine(results, tmp_path):
+    """No validation of this host at the commit read: the report says what to run. A saved one
+    (2 of 3 cells passed, one skipped) of another commit is not this report's; of this commit it
+    is, and its count is printed, and its matrix is on the page."""
+    import socket
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--results",
+                          str(results)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "not validated here: run swinkit validate" in out.stdout
+    from swinkit.attribution.validation import failed_cell, skipped_cell
+    from swinkit.report.validation import ROW_KEYS
+    passed = {"world_size": 2, "case": "compute_ms", "placement": "one", "expected": "forward",
+              "passed": True, "failures": [], "recovery": 1.0, "amount_s": 0.12,
+              "amount_source": "measured", "straggler": {"rank": 1, "phase": "forward"},
+              "row": {**dict.fromkeys(ROW_KEYS, 0.0), "forward": 0.95}}
+    record = {"machine": {"hostname": socket.gethostname()}, "preset": "test", "iters": 10,
+              "amount_ms": 120.0, "thresholds": {"min_share": 0.85, "recovery_tol": 0.2},
+              "world_sizes": [2], "finished": "2026-11-24T20:00:00+00:00",
+              "cells": [passed, dict(passed, placement="all"),
+                        failed_cell(2, "backward_ms", "one", "a rank died"),
+                        skipped_cell(2, "comm_ms", "one", "planted skip")]}
+    folder = tmp_path / "results" / "validation"
+    folder.mkdir()
+    (folder / "other.json").write_text(json.dumps(dict(record, commit="a" * 40)))
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--results",
+                          str(results), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "not validated here" in out.stdout  # commit a's validation is not commit b's
+    (folder / "this.json").write_text(json.dumps(dict(record, commit="b" * 40)))
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--results",
+                          str(results), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "validated here at this commit: 2/3 cells pass, 1 skipped" in out.stdout
+    assert 'id="validation"' in (tmp_path / "r.html").read_text()

@@ -16,7 +16,8 @@ import pytest
 from swinkit.runs.sweep import Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp", "bench_whatif"]
+MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp", "bench_whatif",
+           "bench_validate", "bench_predict"]
 HEAVY = ("torch", "mmseg", "mmcv", "mmengine", "cv2", "deepspeed")
 
 # One track benchmark per file, parameter combination 0, with a Sweep holding what it reads,
@@ -35,6 +36,11 @@ TRACKS = {
                      0.25),
     "bench_model": ("bench_model.Memory.track_peak_memory-0",  # (thesis, per_rank)
                     Sweep(results={("thesis", "per_rank"): {"peak_memory_mib": 123.0}}), 123.0),
+    "bench_validate": ("bench_validate.Validation.track_share-0",  # (1, compute_ms/one)
+                       Sweep(results={1: {"compute_ms/one": {"share": 0.9}}}), 0.9),
+    "bench_predict": ("bench_predict.HeldOut.track_accuracy-0",  # (model)
+                      Sweep(results={"held_out": {"launches": [{"targets": {2: {
+                          "accuracy": {"model": {"accuracy_pct": 97.0}}}}}]}}), 97.0),
 }
 
 # What asv_runner's `run` command does in the benchmark process (asv/benchmark.py run ...):

@@ -85,6 +85,16 @@ def _comma_ints(name: str):
     return parse
 
 
+def _latest_validation(report: dict) -> dict | None:
+    """The newest ``swinkit validate`` of this machine at the commit the report reads (the
+    checkout's own for --run), so the report can say how far its blame was checked here."""
+    import socket
+
+    from swinkit.attribution.validation import latest_validation
+    from swinkit.experiments.validate import git_commit
+    commit = report.get("commit") or git_commit(ROOT)["commit"]
+    return latest_validation(Path("results"), socket.gethostname(), commit or "")
+
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.list_remedies:
@@ -129,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
         against = from_asv(Path(args.results), args.machine, args.against) if args.against else None
         report = analyse(inputs, against)
+        report["validation"] = _latest_validation(report)
         if args.what_if and not args.run:  # what bench_whatif stored for this commit
             from swinkit.attribution.inputs import what_if_from_asv
             stored = what_if_from_asv(Path(args.results), args.machine, args.commit)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from swinkit.result_files import write_text_atomic
-from swinkit.report import html_advice, html_run
+from swinkit.attribution.validation import validation_status_line
+from swinkit.report import html_advice, html_run, validation
 from swinkit.report.figures import figures
-from swinkit.report.html import document, esc, section
+from swinkit.report.html import document, esc, para, section
 from swinkit.report.text import text_report
 
 HEADING = "Where the scaling goes: UperNet + SwinV2 under PyTorch DDP"
@@ -30,8 +31,17 @@ SECTIONS = (
     ("grad-accum", "Gradient accumulation", html_advice.grad_accum),
     ("loader", "Loader headroom", lambda r, _: html_advice.loader(r)),
     ("against", "Against another commit", lambda r, _: html_advice.against(r)),
+    ("validation", "How far this blame was checked here",
+     lambda r, _: _validation(r) if "validation" in r else ""),
     ("notes", "Notes", lambda r, _: html_advice.notes(r)),
 )
+
+
+def _validation(r: dict) -> str:
+    """The ground-truth matrix of ``swinkit validate`` on this machine and commit, or what
+    to run to get one."""
+    v = r["validation"]
+    return validation.html_section(v) if v else para(validation_status_line(None), "lead")
 
 
 def write_html(r: dict, path: str | Path) -> list[Path]:

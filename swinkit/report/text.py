@@ -1,6 +1,7 @@
 """The attribution report as terminal text."""
 from __future__ import annotations
 
+from swinkit.attribution.validation import validation_status_line
 from swinkit.injection import DELAY_FIELDS
 from swinkit.measure.phases import BLAME_KEYS
 
@@ -40,6 +41,8 @@ def text_report(r: dict) -> str:
     injected = injection_text(r.get("injection"))
     if injected:
         lines.append(f"injected costs: {injected}")
+    if "validation" in r:  # set by tools/attribute.py: the blame checked on this machine?
+        lines.append(validation_status_line(r["validation"]))
     lines.append(f"{r.get('scaling', 'weak')} scaling: {r.get('scaling_formulas', '')}")
     head = f"{'N':>3} {'iter s':>9} {'speedup':>8} {'eff':>6} {'K-F':>6} {'pred s':>9} {'err':>7}"
     lines += ["", head, "-" * len(head)]
