@@ -218,7 +218,7 @@ def test_reduced_real_matrix_passes_and_a_planted_defect_fails_its_cell(data_roo
     process, and an injection costs less than its amount: the verdict then says so and is not
     held here). Then the forward run again with blame's charging of waits planted wrong (each
     wait charged to communication, as if the waiting rank's own): that cell must fail, on the
-    straggler's phase busy machine or not, and on idle also on its share."""
+    straggler's phase, busy machine or not."""
     from swinkit.attribution import blame
     from swinkit.experiments import validate as exp
     spec = exp.ValidateSpec(world_sizes=(2,), cases=("compute_ms", "optimizer_ms"),
@@ -240,10 +240,10 @@ def test_reduced_real_matrix_passes_and_a_planted_defect_fails_its_cell(data_roo
     (cell,) = exp.run_cells(spec, [(2, "compute_ms", "one")], progress=lines.append)
     assert not cell["passed"], cell
     assert cell["straggler"] == {"rank": 1, "phase": "exposed_comm"}, cell
-    if cell["foreign_cores"] <= v.BUSY_CORES:
-        # idle: rank 0 waits the whole 120 ms, kept as its exposed_comm: forward gets half.
-        # (Busy, the waiter waits less, as the injection costs less: the share may hold.)
-        assert cell["share"] < 0.85, cell
+    # Not the share: the added time is the median over both ranks' injected-vs-clean
+    # differences, and rank 1's own forward grows by the spin whatever blame does with rank 0's
+    # wait, so with two ranks that median may land on either rank's side (a CI run on an idle
+    # machine: 106 % on forward). The straggler's phase is what this defect always breaks.
 
 
 def _fake_run(wrong_straggler=False):
