@@ -5,8 +5,15 @@ step and peak memory per rank, side by side (swinkit.runs.engine_run).
 What this machine cannot run is skipped with the reason (asv: NotImplementedError in setup):
 DataParallel needs GPUs (at least 2 to communicate), DeepSpeed needs to be installed
 (tools/setup.sh does), and world sizes beyond the cores or GPUs as everywhere in the suite.
+
+The default run is kept to what a commit needs tracked (the whole default ``asv run`` holds to
+12 minutes on 2 CPU cores, and every launch costs about 13 s before its first step there):
+ZeRO runs where it has something to partition (world size > 1), its efficiency taken against
+DDP at world size 1 (what a user gains over one device trained plainly), and accumulation at
+K = 4 beside K = 1. ``SWINKIT_ENGINES=all`` adds ZeRO at world size 1 and K = 2.
 """
 import math
+import os
 
 from .common import WORLD_SIZES, lazy, preset
 
@@ -15,6 +22,11 @@ engine_sweep = lazy("swinkit.runs.engine_run:engine_sweep")
 
 ENGINES = ["ddp", "zero1", "zero2", "dp", "dp_vanilla"]
 STEPS = [1, 2, 4]
+# the default run's share of the above ($SWINKIT_ENGINES=all: everything)
+EVERYTHING = os.environ.get("SWINKIT_ENGINES") == "all"
+DEFAULT_STEPS = STEPS if EVERYTHING else [1, 4]
+ZERO = ("zero1", "zero2")
+NOT_BY_DEFAULT = "not in the default run: set SWINKIT_ENGINES=all"
 # Optimizer steps per launch: the engines differ most in bytes, rounds and memory, which are the
 # same every step; 4 timed steps keep the whole file to a few minutes on 2 CPU cores.
 ITERS, WARMUP = 4, 2
@@ -22,12 +34,21 @@ ITERS, WARMUP = 4, 2
 
 def _engines_and_accumulation(self):
     """Both classes' one setup_cache (asv shares a setup_cache by its source location): every
-    engine at every world size, then DDP at K = 2, 4 micro-batches per step where there is
-    communication to save (world size > 1); K = 1 is the engine run of ``ddp``."""
-    engines = engine_sweep(preset(), ENGINES, WORLD_SIZES, iters=ITERS, warmup=WARMUP)
+    engine at every world size (by default ZeRO above world size 1 only), then DDP at K = 4
+    (and 2 with everything) micro-batches per step where there is communication to save
+    (world size > 1); K = 1 is the engine run of ``ddp``."""
+    at_one = ENGINES if EVERYTHING else [e for e in ENGINES if e not in ZERO]
+    engines = engine_sweep(preset(), at_one, [ws for ws in WORLD_SIZES if ws == 1],
+                           iters=ITERS, warmup=WARMUP)
+    above = engine_sweep(preset(), ENGINES, [ws for ws in WORLD_SIZES if ws > 1],
+                         iters=ITERS, warmup=WARMUP)
+    for store in ("results", "skipped", "failed"):
+        getattr(engines, store).update(getattr(above, store))
+    for engine in set(ENGINES) - set(at_one):
+        engines.skipped[(engine, 1)] = f"ZeRO at one rank partitions nothing; {NOT_BY_DEFAULT}"
     accumulation = {k: engine_sweep(preset(), ["ddp"], [ws for ws in WORLD_SIZES if ws > 1],
                                     grad_accum=k, iters=3, warmup=1)
-                    for k in STEPS if k > 1}
+                    for k in DEFAULT_STEPS if k > 1}
     return {"engines": engines, "accumulation": accumulation}
 
 
@@ -50,8 +71,9 @@ class Engine:
     track_iteration.unit = "s"
 
     def track_efficiency(self, sweep, world_size, engine):
-        """Step at world size 1 / step at N, same engine (weak scaling)."""
-        base = sweep["engines"].get(engine, 1)["engine"]["step_s"]
+        """DDP's step at world size 1 / this engine's step at N (weak scaling): against one
+        device trained plainly, the reference every engine is chosen over."""
+        base = sweep["engines"].get("ddp", 1)["engine"]["step_s"]
         return base / self._eng(sweep, world_size, engine)["step_s"]
     track_efficiency.unit = "ratio"
 
@@ -96,6 +118,8 @@ class GradAccum:
         if steps > 1 and world_size == 1:
             raise NotImplementedError("world size 1 communicates nothing: accumulation has no "
                                       "communication to save")
+        if steps not in DEFAULT_STEPS:
+            raise NotImplementedError(f"K = {steps}: {NOT_BY_DEFAULT}")
         self._sweep(cache, steps).get("ddp", world_size)
 
     def _sweep(self, cache, steps):

@@ -5,9 +5,10 @@ asv's history. The default run tracks one remedy, the bf16 compression hook (wha
 how often is bench_engines' GradAccum), predicted and run at half a minute a launch on 2 CPU
 cores; the rest with ``SWINKIT_WHATIF=all``, ``default`` (the report's six) or comma-separated
 names. The remedies run where there is communication to change (world
-size > 1), the baseline at every world size (the smallest is the efficiency's reference).
-World sizes: the suite's (those the machine cannot hold are skipped with the reason), or
-``SWINKIT_WHATIF_WORLD_SIZES``.
+size > 1), and so does the baseline by default (the default ``asv run`` holds to 12 minutes on
+2 CPU cores; world size 1 would add two launches): ``SWINKIT_WHATIF_WORLD_SIZES=1,2`` adds
+world size 1, the efficiency's reference (without it the efficiency is n/a). World sizes the
+machine cannot hold are skipped with the reason.
 """
 import math
 import os
@@ -21,8 +22,10 @@ what_if = lazy("swinkit.experiments.whatif_run:what_if")  # torch and MMSeg in s
 
 SUITE_DEFAULT = "bf16_hook"
 REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or SUITE_DEFAULT)]
-WORLD_SIZES = [int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")] if (
-    os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else list(ALL_WORLD_SIZES)
+# the suite's world sizes are the params (ids stay the same whatever runs); these run
+WORLD_SIZES = list(ALL_WORLD_SIZES)
+RUN_WORLD_SIZES = [int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")] if (
+    os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else [ws for ws in WORLD_SIZES if ws > 1]
 
 
 class Remedy:
@@ -32,8 +35,11 @@ class Remedy:
     param_names = ["world_size", "remedy"]
 
     def setup_cache(self):
-        sweep = Sweep(meta={"preset": preset()})
-        plan = plan_world_sizes(WORLD_SIZES)
+        sweep = Sweep(meta={"preset": preset(), "world_sizes": RUN_WORLD_SIZES})
+        for ws in set(WORLD_SIZES) - set(RUN_WORLD_SIZES):
+            sweep.skipped[ws] = (f"not in the default set (world sizes {RUN_WORLD_SIZES}): "
+                                 "set SWINKIT_WHATIF_WORLD_SIZES")
+        plan = plan_world_sizes(RUN_WORLD_SIZES)
         runnable = [ws for ws, reason in plan.items() if not reason]
         for ws, reason in plan.items():
             if reason:
@@ -43,7 +49,7 @@ class Remedy:
                 preset(), runnable, [CATALOGUE[n] for n in REMEDIES if n != "baseline"],
                 iters=6, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1],
                 # unpaired: a paired run's own components would add ~1 min to the default
-                # asv run, which must stay within 15; `tools/attribute.py --run --what-if`
+                # asv run, which must stay within 12; `tools/attribute.py --run --what-if`
                 # pairs them
                 paired=False), print)
         return sweep
@@ -71,7 +77,10 @@ class Remedy:
     track_predicted_iteration.unit = "s"
 
     def track_efficiency(self, sweep, world_size, remedy):
-        """Weak-scaling efficiency with the remedy, against the baseline's smallest run."""
+        """Weak-scaling efficiency with the remedy, against the baseline at world size 1
+        (n/a where world size 1 was not run: the default set)."""
+        if 1 not in sweep.meta.get("world_sizes", [1]) or 1 in sweep.skipped:
+            return math.nan
         return self._value(sweep, world_size, remedy, "efficiency_after")
     track_efficiency.unit = "ratio"
 

@@ -39,6 +39,21 @@ def loader_rank(rank, preset: str, data_root: str, workers: int, batches: int = 
             "batch_wait_s": waits, "images_per_batch": cfg.images_per_rank}
 
 
+def loader_settings_rank(rank, preset: str, data_root: str, workers: list[int],
+                         batches: int = 20) -> dict:
+    """Rank entry point: :func:`loader_rank` for each of ``workers`` in turn, every rank's
+    loader at once (a barrier before each). One launch for all of them: a launch costs about
+    as much as the loading it measures on a small machine."""
+    import torch.distributed as dist
+
+    out = {}
+    for w in workers:
+        dist.barrier()  # the previous setting's workers are gone on every rank
+        out[str(w)] = loader_rank(rank, preset=preset, data_root=data_root, workers=w,
+                                  batches=batches)
+    return out
+
+
 def stage_costs(cfg, samples: int = 16) -> dict[str, list[float]]:
     """Seconds per sample of each pipeline step (in this process, no workers)."""
     from swinkit.data.loader import build_dataset
@@ -70,14 +85,20 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
     sweep.run("stages", lambda: stage_costs(cfg), progress)
     for ws, reason in plan_world_sizes(world_sizes).items():
         lc = sweep_launch(ws, wall_timeout_s=1200)
+        runnable = []
         for w in workers:
             if reason or workers_oversubscribe(ws, w):
                 sweep.skipped[(ws, w)] = reason or workers_oversubscribe(ws, w)
-                continue
-            progress(f"  loader supply: world size {ws}, {w} workers per rank")
-            kwargs = dict(preset=preset, data_root=cfg.data_root, workers=w, batches=batches)
-            sweep.run((ws, w), lambda kw=kwargs, lc=lc: launch(
-                f"{__name__}:loader_rank", kw, lc, quiet=True).result["ranks"], progress)
+            else:
+                runnable.append(w)
+        if runnable:
+            progress(f"  loader supply: world size {ws}, {runnable} workers per rank")
+            kwargs = dict(preset=preset, data_root=cfg.data_root, workers=runnable,
+                          batches=batches)
+            sweep.run(("supply", ws), lambda kw=kwargs, lc=lc: launch(
+                f"{__name__}:loader_settings_rank", kw, lc, quiet=True).result["ranks"],
+                progress)
+            _by_workers(sweep, ws, runnable)
         if reason:
             sweep.skipped[("demand", ws)] = reason
             continue
@@ -87,6 +108,19 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
         sweep.run(("demand", ws), lambda spec=spec: _demand(run_ddp(spec, progress=progress)),
                   progress)
     return sweep
+
+
+def _by_workers(sweep, ws: int, workers: list[int]) -> None:
+    """The one launch's ranks (``("supply", ws)``) filed under ``(ws, w)`` per setting, as the
+    tracks read them; a failed launch fails every setting it held."""
+    key = ("supply", ws)
+    for w in workers:
+        if key in sweep.results:
+            sweep.results[(ws, w)] = [r[str(w)] for r in sweep.results[key]]
+        elif key in sweep.failed:
+            sweep.failed[(ws, w)] = sweep.failed[key]
+    sweep.results.pop(key, None)
+    sweep.failed.pop(key, None)
 
 
 def workers_oversubscribe(world_size: int, workers: int) -> str | None:
