@@ -80,6 +80,46 @@ def test_predict_needs_a_source():
     assert "--predict needs --run" in out.stderr
 
 
+def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
+    """Refused before any process starts: nothing to predict, or no buckets to time."""
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(_stored(Link(1.0, 1e-4))))
+    out = _attribute("--stored", str(path), "--predict", "4", "--inter-link", "localhost")
+    assert out.returncode == 2 and "give --nodes" in out.stderr
+    path.write_text(json.dumps({"preset": "test", "from": [1], "launches": []}))
+    out = _attribute("--stored", str(path), "--nodes", "2", "--inter-link", "localhost")
+    assert out.returncode == 2 and "bucket_bytes" in out.stderr
+
+
+@pytest.mark.slow
+def test_nodes_predicted_over_a_link_timed_across_two_simulated_nodes(tmp_path):
+    """Two elastic agents on localhost stand for two hosts: the stored run's buckets (1 MB,
+    9 MB) are all-reduced across them and the ring model fitted to those timings. With two
+    sizes and two parameters the fit is exact, so 2 nodes of 1 rank get back what was timed;
+    4 nodes get the ring's hand formula at N = 4 with that link."""
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(_stored(Link(1.0, 1e-4))))
+    out = _attribute("--stored", str(path), "--nodes", "2,4", "--inter-link", "localhost",
+                     "--json", str(tmp_path / "o.json"), timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "simulated nodes on localhost" in out.stdout
+    data = json.loads((tmp_path / "o.json").read_text())
+    inter = data["inter_link"]
+    timed = inter["timed_s"]
+    assert len(timed) == 2 and all(t > 0 for t in timed)
+    bandwidth, latency = inter["bandwidth_gbps"] * 1e9, inter["latency_s"]
+    assert bandwidth > 0 and latency >= 0
+    two = data["launches"][0]["targets"]["2x1"]
+    if inter["fit"] == "bandwidth and latency":
+        assert two["bucket_comm_s"] == pytest.approx(timed, rel=1e-6)
+    else:  # the timings' noise hid the latency: bandwidth alone, over both buckets
+        assert sum(two["bucket_comm_s"]) == pytest.approx(sum(timed), rel=1e-6)
+    four = data["launches"][0]["targets"]["4x1"]
+    assert four["world_size"] == 4 and "inter-node" in four["comm_source"]
+    for nbytes, t in zip([1_000_000, 9_000_000], four["bucket_comm_s"]):
+        assert t == pytest.approx(2 * 3 / 4 * nbytes / bandwidth + 2 * 3 * latency, rel=1e-6)
+
+
 def test_stored_timings_that_cannot_separate_latency_fit_bandwidth_alone(tmp_path):
     """Two equal 5 MB buckets at 2 ranks (5.2 ms each on a 1 GB/s, 100 us ring): bandwidth
     alone, 2 x 5 MB / 10.4 ms = 0.96154 GB/s, latency 0; no timings at all: ask for --link."""

@@ -16,6 +16,8 @@ Examples:
         --json p.json                                        # predicted only, nothing run at 2, 4
     .venv/bin/python tools/attribute.py --stored p.json --predict 8 --nodes 2,4 \
         --inter-link 12.5,5                                  # from stored: ring model, 2 and 4 nodes
+    .venv/bin/python tools/attribute.py --stored p.json --nodes 2,4 --inter-link localhost
+                                                             # the link timed across 2 simulated nodes
     .venv/bin/python tools/attribute.py --preset thesis --predict 1,2,4,8   # the thesis, projected
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
@@ -236,18 +238,23 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (with --stored: default fitted to its timings; "
                         "with the thesis projection: replaces every system's link)")
-    p.add_argument("--inter-link", metavar="GBPS,LATENCY_US", type=_link("--inter-link"),
-                   help="with --nodes: the link between nodes")
+    p.add_argument("--inter-link", metavar="GBPS,LATENCY_US|localhost",
+                   type=_link("--inter-link", localhost=True),
+                   help="with --nodes: the link between nodes; 'localhost' times the stored "
+                        "run's buckets across two simulated nodes on this host (two elastic "
+                        "agents on localhost) and fits the link to them")
     p.add_argument("--nodes", metavar="K1,K2", type=_comma_ints("--nodes"), default=[],
                    help="with --stored: predict K nodes of the stored run's size each")
     p.add_argument("--device-iter-s", type=float,
                    help="thesis projection: one device's iteration alone (default: stated)")
 
 
-def _link(name: str):
-    """An argparse ``type`` for GBPS,LATENCY_US."""
+def _link(name: str, localhost: bool = False):
+    """An argparse ``type`` for GBPS,LATENCY_US (or, where ``localhost``, the word)."""
     def parse(text: str):
         from swinkit.attribution.links import Link
+        if localhost and text == "localhost":
+            return text
         try:
             gbps, us = (float(x) for x in text.split(","))
             return Link(gbps, us * 1e-6)
@@ -267,8 +274,19 @@ def _predict(args) -> int:
         if args.stored:
             from swinkit.experiments.predict_run import from_stored
             stored = json.loads(Path(args.stored).read_text())
-            report = from_stored(stored, args.predict or [], args.link, args.nodes,
-                                 args.inter_link)
+            inter, timed_inter = args.inter_link, None
+            if inter == "localhost":
+                if not args.nodes:
+                    raise ValueError("--inter-link localhost: give --nodes K1,K2 to predict")
+                from swinkit.experiments.internode import localhost_inter_link
+                timed_inter = localhost_inter_link(_stored_buckets(stored))
+                inter = timed_inter["link"]
+            report = from_stored(stored, args.predict or [], args.link, args.nodes, inter)
+            if timed_inter:
+                report["inter_link"] = {"source": "timed across 2 simulated nodes on localhost",
+                                        "bandwidth_gbps": inter.bandwidth_gbps,
+                                        "latency_s": inter.latency_s, "fit": timed_inter["fit"],
+                                        "timed_s": timed_inter["timed_s"]}
             lines = held_out_lines(report)
         elif args.run:
             from swinkit.experiments.predict_run import held_out
@@ -291,6 +309,15 @@ def _predict(args) -> int:
         write_json_atomic(args.json, report)
         print(f"JSON report: {args.json}")
     return 0
+
+
+def _stored_buckets(stored: dict) -> list[int]:
+    """The buckets' bytes of a stored prediction (every launch has the same model)."""
+    try:
+        return list(stored["launches"][0]["basis"]["bucket_bytes"])
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("--stored: no launch with a basis's bucket_bytes in it (not a "
+                         "--predict --json report?)") from None
 
 
 def _projection(args) -> tuple[dict, list[str]]:

@@ -66,6 +66,24 @@ def fit_link(points: list[tuple[float, int, float]]) -> Link:
     return Link(1 / inv_b / 1e9, a)
 
 
+def fit_link_or_bandwidth(points: list[tuple[float, int, float]]) -> tuple[Link, str]:
+    """:func:`fit_link`, or where the points cannot separate latency from bandwidth (too few,
+    equal sizes, noise) bandwidth alone over all of them, latency 0. Returns the link and
+    which fit it is ("bandwidth and latency" or "bandwidth only").
+
+    >>> fit_link_or_bandwidth([(1e9, 2, 0.5), (1e9, 2, 0.5)])  # one size: bandwidth only
+    (Link(bandwidth_gbps=2.0, latency_s=0.0), 'bandwidth only')
+    """
+    try:
+        return fit_link(points), "bandwidth and latency"
+    except ValueError as exc:
+        x = sum(2 * (n - 1) / n * b for b, n, _ in points if n > 1)
+        t = sum(s for _, n, s in points if n > 1)
+        if x > 0 and t > 0:
+            return Link(x / t / 1e9, 0.0), "bandwidth only"
+        raise ValueError(f"no link fits these timings: {exc}") from None
+
+
 def ring_target(bucket_bytes: list[int], ranks_per_node: int, nodes: int, intra: Link,
                 inter: Link | None = None, broadcast_bytes: int = 0) -> Target:
     """The buckets' all-reduces (and the buffer broadcast, a ring broadcast: (N - 1) / N x

@@ -36,6 +36,12 @@ def held_out_lines(result: dict) -> list[str]:
                          f"{acc['model']['accuracy_pct']:9.1f}% {acc['perfect']['accuracy_pct']:7.1f}%"
                          f" {acc['plus_allreduce']['accuracy_pct']:8.1f}%")
             out.append(line)
+    inter = result.get("inter_link")
+    if inter:
+        timed = ", ".join(f"{t * 1e3:.2f}" for t in inter["timed_s"])
+        out.append(f"inter-node link {inter['source']}: {inter['bandwidth_gbps']:.3g} GB/s, "
+                   f"{inter['latency_s'] * 1e6:.3g} us ({inter['fit']}), fitted to the buckets' "
+                   f"all-reduces across them: {timed} ms (one host: loopback, not a network)")
     loads = [row["load_average"] for row in result["launches"] if "load_average" in row]
     if loads:
         out.append("host load average (1 min) at each launch: "
