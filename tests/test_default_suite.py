@@ -121,3 +121,40 @@ def test_loader_sweep_measures_each_setting_in_one_launch():
         assert [r["rank"] for r in ranks] == [0] and ranks[0]["images_per_s"] > 0
         assert len(ranks[0]["batch_wait_s"]) == 3
     assert sweep.get("demand", 1)["images_per_s"] > 0
+
+
+@pytest.fixture
+def bench_ddp(monkeypatch):
+    monkeypatch.delenv("SWINKIT_DDP", raising=False)
+    from benchmarks import bench_ddp as module
+    module = importlib.reload(module)
+    yield module
+    importlib.reload(module)
+
+
+def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(bench_ddp,
+                                                                                monkeypatch):
+    calls = []
+
+    def held_out(sweep, preset, source, target):
+        calls.append((preset, source, target, sorted(k for k in sweep.results if k != 1 and
+                                                     not isinstance(k, tuple))))
+        return {"launches": [{"targets": {2: {"accuracy": {"model": {"accuracy_pct": 96.0}}}}}]}
+    monkeypatch.setattr(bench_ddp, "_held_out", held_out)
+    monkeypatch.setattr(bench_ddp, "_exists", lambda function: True)
+    weak = Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}, skipped={4: "4 ranks"})
+    sweep = bench_ddp.with_strong_scaling(weak, "test", [1, 2, 4])
+    assert calls == [("test", 1, 2, [2])]
+    with pytest.raises(NotImplementedError, match="SWINKIT_DDP=all"):
+        bench_ddp.Scaling().track_efficiency(sweep, 2, "strong")
+    assert bench_ddp.Scaling().track_efficiency(sweep, 2, "weak") == pytest.approx(1 / 1.1)
+    from benchmarks import bench_predict
+    assert bench_predict.HeldOut().track_accuracy(sweep, "model") == 96.0
+    # bench_predict reads bench_ddp's cache: asv runs one setup_cache per key, for both files
+    from asv_runner.benchmarks._base import get_setup_cache_key
+    assert get_setup_cache_key(bench_predict.HeldOut.setup_cache) == get_setup_cache_key(
+        bench_ddp.Iteration.setup_cache)
+    # without a run at 2 there is nothing to score: skipped with the reason
+    alone = bench_ddp.with_strong_scaling(Sweep(results={1: {"iter_s": 1.0}}), "test", [1, 2])
+    with pytest.raises(NotImplementedError, match="not both run"):
+        bench_predict.HeldOut().setup(alone, "model")

@@ -172,3 +172,38 @@ def test_fit_link_refuses_a_negative_latency():
     # the larger bucket faster than a small one: noise, not a link
     with pytest.raises(ValueError, match="negative"):
         fit_link([(1e6, 2, 0.003), (1.01e6, 2, 0.002)])
+
+
+def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(monkeypatch):
+    """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 only scores. A basis of
+    one rank doing 1.0 s of local work, buckets timed at 2 as 0.02 + 0.03 s, both ready at the
+    end of backward: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1)."""
+    from swinkit.experiments import predict_run
+    from swinkit.runs.sweep import Sweep
+
+    phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+              "optimizer": 0.1, "other": 0.0}
+    position = {"phases_s": dict(phases), "bucket_ready_s": [0.5, 0.5],
+                "samples": [{"phases_s": dict(phases), "bucket_ready_s": [0.5, 0.5]}] * 3}
+    basis = {"costs": {"world_size": 1, "grad_accum": 1, "contention": {},
+                       "buffer_sync": False, "ranks": [{"rank": 0, "positions": [position]}],
+                       "bucket_comm_s": [0.0, 0.0], "broadcast_s": 0.0},
+             "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
+                      "images_per_rank": 2},
+             "bucket_bytes": [1000, 9000], "probe": {}}
+    monkeypatch.setattr(predict_run, "measure_target", lambda preset, ws, b, progress: (
+        Target(ws, [0.02, 0.03], sync_wait_s=0.0)))
+    # the run at 2: its iteration, and fields a prediction must not read (they would show)
+    sweep = Sweep(results={1: {"iter_s": 1.0, "basis": basis},
+                           2: {"iter_s": 1.1, "basis": {"costs": "not to be read"},
+                               "prediction": {"predicted_iter_s": 1.09, "components_s": {}}}})
+    out = predict_run.held_out_from_sweep(sweep, "test", progress=lambda *a: None)
+    pred = out["launches"][0]["targets"][2]
+    assert pred["predicted_iter_s"] == pytest.approx(1.05)
+    assert pred["accuracy"]["model"]["accuracy_pct"] == pytest.approx(100 * (1 - 0.05 / 1.1))
+    assert pred["accuracy"]["perfect"]["accuracy_pct"] == pytest.approx(100 * (1 - 0.1 / 1.1))
+    assert pred["paired_oracle_s"] == 1.09
+    assert out["summary"][2]["model"]["worst_pct"] == pred["accuracy"]["model"]["accuracy_pct"]
+    with pytest.raises(ValueError, match="kept no basis"):
+        predict_run.held_out_from_sweep(Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}),
+                                        "test", progress=lambda *a: None)

@@ -16,11 +16,11 @@ import os
 import statistics
 
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
-from swinkit.attribution.links import Link, fit_link, ring_target
+from swinkit.attribution.links import Link, fit_link_or_bandwidth, ring_target
 from swinkit.attribution.oracle import accuracy
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
-from swinkit.runs.component_costs import costs, predict_from
+from swinkit.runs.component_costs import basis_of, predict_from
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 from swinkit.runs.ddp_sweep import images_per_rank
 from swinkit.runs.sweep import oversubscribe_allowed
@@ -118,15 +118,15 @@ def lockstep_wait(world_size: int, reps: int = 20, work: int = 12) -> float:
 
 
 def measure_target(preset: str, world_size: int, basis: dict, progress=print) -> Target:
-    """The target-size measurements for a prediction from ``basis`` (a paired run's result)."""
-    comm = basis["local_run"]["ranks"][0]["comm"]
+    """The target-size measurements for a prediction from ``basis`` (:func:`basis_of`)."""
+    probe = basis["probe"]
     progress(f"[world size {world_size}] without the model: loader supply with {world_size} "
              "loaders at once, the buckets' all-reduces and the buffer broadcast")
     lc = LaunchConfig(world_size=world_size, allow_oversubscribe=oversubscribe_allowed())
     ranks = launch(f"{__name__}:target_rank",
-                   dict(preset=preset, workers=basis["loader_workers"], elements=comm["elements"],
-                        dtype=comm["dtype"], buffer_shapes=basis["ranks"][0]["buffer_shapes"]
-                        if comm.get("buffer_sync", True) else []), lc, quiet=True).result["ranks"]
+                   dict(preset=preset, workers=basis["host"]["loader_workers"],
+                        elements=probe["elements"], dtype=probe["dtype"],
+                        buffer_shapes=probe["buffer_shapes"]), lc, quiet=True).result["ranks"]
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
@@ -141,14 +141,9 @@ def _median_rates(ranks: list[dict]) -> dict:
             for k in names}
 
 
-def host_of(run: dict) -> Host:
-    """This host as the runs found it: its cores, and what each rank keeps busy."""
-    return Host(cores=os.cpu_count() or 1, threads_per_rank=run["threads_per_rank"],
-                loader_workers=run["loader_workers"], images_per_rank=run["images_per_rank"])
-
-
 def predict_one(basis: dict, t1_s: float, target: Target) -> dict:
-    """The prediction at ``target`` from ``basis`` (:func:`basis_of` the largest "from" run)
+    """The prediction at ``target`` from ``basis`` (:func:`~swinkit.runs.component_costs.basis_of`
+    the largest "from" run)
     with the baselines and the model with its network term dropped beside it."""
     c, host = basis["costs"], Host(**basis["host"])
     pred = predict_at(c, target, host)
@@ -158,13 +153,6 @@ def predict_one(basis: dict, t1_s: float, target: Target) -> dict:
     pred["t1_s"] = t1_s
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
     return pred
-
-
-def basis_of(run: dict) -> dict:
-    """What a prediction keeps of the run it extrapolates (torch-free, JSON): its component
-    costs, the host's share of it, its buckets' bytes."""
-    return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
-            "bucket_bytes": list(run["bucket_sizes_bytes"])}
 
 
 def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),
@@ -195,13 +183,8 @@ def _fitted(row: dict, basis: dict) -> Link:
               if p.get("comm_source") == "timed at N'"
               for b, t in zip(basis["bucket_bytes"], p["bucket_comm_s"])]
     try:
-        return fit_link(points)
+        return fit_link_or_bandwidth(points)[0]
     except ValueError as exc:
-        # too few or too noisy points for two parameters: bandwidth alone, latency 0
-        x = sum(2 * (n - 1) / n * b for b, n, _ in points if n > 1)
-        t = sum(s for _, n, s in points if n > 1)
-        if x > 0 and t > 0:
-            return Link(x / t / 1e9, 0.0)
         raise ValueError(f"--predict from stored results: {exc}; state the link with "
                          "--link GBPS,LATENCY_US") from None
 
@@ -230,25 +213,52 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                # the host's 1-minute load at the launch (others' processes share the cores)
                "load_average": os.getloadavg()[0]}
         for ws in targets:
-            target = measure_target(preset, ws, runs[sources[-1]], progress)
+            target = measure_target(preset, ws, basis, progress)
             pred = predict_one(basis, t1, target)
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 spec = _paired(preset, ws, iters, warmup, injection, images[ws])
                 run = run_ddp(spec, progress=progress)
-                pred["measured_iter_s"] = run["iter_s"]
-                pred["measured_efficiency"] = t1 / run["iter_s"]
-                paired = predict_from(run["local_run"], spec)
-                pred["paired_oracle_s"] = paired["predicted_iter_s"]
-                pred["paired_components_s"] = paired["components_s"]  # what the model missed
-                for key, name in (("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
-                                  ("plus_allreduce_s", "plus_allreduce"),
-                                  ("no_network_s", "no_network"), ("paired_oracle_s", "paired")):
-                    pred.setdefault("accuracy", {})[name] = accuracy(pred[key], run["iter_s"])
+                score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
             row["targets"][ws] = pred
         launches.append(row)
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
             "summary": summarize(launches, targets), "injection": injection.to_dict()}
+
+
+def score_against(pred: dict, measured_iter_s: float, paired: dict | None) -> None:
+    """Add to ``pred`` the held-out run's iteration, each predictor's accuracy against it, and
+    the paired oracle of that run (not held out: it shows which term the model missed)."""
+    pred["measured_iter_s"] = measured_iter_s
+    pred["measured_efficiency"] = pred["t1_s"] / measured_iter_s
+    names = [("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
+             ("plus_allreduce_s", "plus_allreduce"), ("no_network_s", "no_network")]
+    if paired:
+        pred["paired_oracle_s"] = paired["predicted_iter_s"]
+        pred["paired_components_s"] = paired["components_s"]  # what the model missed
+        names.append(("paired_oracle_s", "paired"))
+    pred["accuracy"] = {name: accuracy(pred[key], measured_iter_s) for key, name in names}
+
+
+def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
+                        progress=print) -> dict:
+    """World size ``target`` predicted from a weak, paired sweep's run at ``source`` (the
+    basis its launch kept) and the timings at ``target`` made now without the model, then
+    scored against the sweep's own run at ``target``. That run was made before, but nothing of
+    it reaches the prediction: only its median iteration is read, to score. The shape of
+    :func:`held_out`'s result, one launch (bench_ddp's cache, which bench_predict reads)."""
+    first = sweep.get(source)
+    basis = first.get("basis")
+    if basis is None:
+        raise ValueError(f"the run at world size {source} kept no basis for a prediction "
+                         "(paired launches keep one)")
+    t1 = first["iter_s"]
+    pred = predict_one(basis, t1, measure_target(preset, target, basis, progress))
+    score_against(pred, sweep.get(target)["iter_s"], sweep.get(target).get("prediction"))
+    row = {"launch": 1, "measured_from": {source: t1}, "t1_s": t1, "basis": basis,
+           "targets": {target: pred}, "load_average": os.getloadavg()[0]}
+    return {"preset": preset, "from": [source], "targets": [target], "launches": [row],
+            "summary": summarize([row], [target])}
 
 
 def _paired(preset, ws, iters, warmup, injection, images):

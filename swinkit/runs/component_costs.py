@@ -2,8 +2,10 @@
 (measured by :mod:`swinkit.rank.components`), and the oracle's prediction made from them."""
 from __future__ import annotations
 
+import os
 import statistics
 
+from swinkit.attribution.extrapolate import Host
 from swinkit.attribution.oracle import simulate
 from swinkit.measure.timeline import work_durations
 
@@ -91,3 +93,21 @@ def predict_from(comp: dict, spec) -> dict:
                 loader_workers=comp["loader_workers"], images_per_rank=comp["images_per_rank"],
                 bucket_sizes_bytes=comp["bucket_sizes_bytes"])
     return pred
+
+
+def host_of(run: dict) -> Host:
+    """This host as the run found it: its cores, and what each rank keeps busy."""
+    return Host(cores=os.cpu_count() or 1, threads_per_rank=run["threads_per_rank"],
+                loader_workers=run["loader_workers"], images_per_rank=run["images_per_rank"])
+
+
+def basis_of(run: dict) -> dict:
+    """What a prediction of other world sizes keeps of a paired run (torch-free, JSON): its
+    component costs, the host's share of it, its buckets' bytes, and what the timings at a
+    target size need (``probe``: the buckets' elements and dtype, the buffers' shapes)."""
+    comm = run["local_run"]["ranks"][0]["comm"]
+    return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
+            "bucket_bytes": list(run["bucket_sizes_bytes"]),
+            "probe": {"elements": comm["elements"], "dtype": comm["dtype"],
+                      "buffer_shapes": run["ranks"][0]["buffer_shapes"]
+                      if comm.get("buffer_sync", True) else []}}

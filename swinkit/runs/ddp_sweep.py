@@ -59,7 +59,11 @@ def _run(spec: DDPRunSpec, progress) -> dict:
     them (the local steps' timelines stay in the ranks' results)."""
     result = run_ddp(spec, progress=progress)
     if spec.paired:
-        from swinkit.runs.component_costs import predict_from
+        from swinkit.runs.component_costs import basis_of, predict_from
+        try:  # kept for predicting other world sizes from this one (held out)
+            result["basis"] = basis_of(result)
+        except (KeyError, IndexError) as exc:
+            progress(f"  world size {spec.world_size}: no basis kept: {exc!r}")
         local_run = result.pop("local_run")
         for rank in result["ranks"]:  # the local steps, in local_run too: not in the cache
             rank.pop("local", None)
