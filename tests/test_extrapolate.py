@@ -207,3 +207,27 @@ def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(mon
     with pytest.raises(ValueError, match="kept no basis"):
         predict_run.held_out_from_sweep(Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}),
                                         "test", progress=lambda *a: None)
+
+
+def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_twice():
+    """One rank of 1.0 s local work (0.4 forward, 0.5 backward, 0.1 optimizer), no
+    communication. A stand-in 1.5x slower with 2 ranks at once on a 64-core host: every
+    compute phase x1.5, predicted 1.5 s. 4 one-thread ranks on 2 cores overcommit x2 and the
+    stand-in saw x1.8 there: x2, not x3.6."""
+    phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+              "optimizer": 0.1, "other": 0.0}
+    position = {"phases_s": dict(phases), "bucket_ready_s": [0.5],
+                "samples": [{"phases_s": dict(phases), "bucket_ready_s": [0.5]}] * 3}
+    costs = {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+             "ranks": [{"rank": 0, "positions": [position]}], "bucket_comm_s": [0.0],
+             "broadcast_s": 0.0}
+    wide = predict_at(costs, Target(2, [0.0], sync_wait_s=0.0, compute_slowdown=1.5),
+                      Host(cores=64))
+    assert wide["predicted_iter_s"] == pytest.approx(1.5)
+    assert wide["components_s"]["forward"] == pytest.approx(0.6)
+    assert any("stand-in" in a for a in wide["assumptions"])
+    untimed = predict_at(costs, Target(2, [0.0], sync_wait_s=0.0), Host(cores=64))
+    assert untimed["predicted_iter_s"] == pytest.approx(1.0)
+    narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, compute_slowdown=1.8),
+                        Host(cores=2))
+    assert narrow["predicted_iter_s"] == pytest.approx(2.0)

@@ -61,6 +61,9 @@ class Target:
     sync_wait_s: float | None = None
     # backward vs all-reduce contention rates timed at N' with a stand-in for backward
     contention: dict = field(default_factory=dict)
+    # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
+    # (shared cores, caches, memory bandwidth), timed at N'; None: not timed
+    compute_slowdown: float | None = None
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -152,7 +155,12 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True) ->
     load_s = (host.images_per_rank / target.supply_images_per_s
               if target.supply_images_per_s else None)
     busy = min(load_s / local, 1.0) if (load_s and local > 0) else 0.0
-    slow = core_slowdown(target.ranks_per_node or n, n0, host, busy)
+    over = core_slowdown(target.ranks_per_node or n, n0, host, busy)
+    # the stand-in timed at N' sees the host's sharing beyond its cores (caches, memory
+    # bandwidth) as well as an overcommit of them: the larger of the two, not both (which
+    # would count an overcommit twice); relative to one rank, so only from a basis at 1
+    timed = target.compute_slowdown if (target.compute_slowdown and n0 == 1) else 1.0
+    slow = max(over, timed)
     positions = []
     for p in profile:
         ph = dict(p["phases_s"])
@@ -183,13 +191,14 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True) ->
     # evens them out): there the timed wait alone stands.
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
-    shared = slow > 1 and target.sync_wait_s is not None
+    shared = over > 1 and target.sync_wait_s is not None
     jitter = desync if shared else max(jitter, desync)
     predicted = base["predicted_iter_s"] + jitter
     parts = dict(base["components_s"])
     parts["slowest_rank_wait"] = jitter
     return {"world_size": n, "predicted_iter_s": predicted, "components_s": parts,
-            "core_slowdown": slow, "worker_busy": busy, "load_s": load_s,
+            "core_slowdown": over, "compute_slowdown": slow, "worker_busy": busy,
+            "load_s": load_s,
             "jitter_s": jitter, "sync_points_wait_s": desync,
             "expected_max_work_s": expected_max(samples, n) if samples else None,
             "bucket_comm_s": comm, "broadcast_s": replay_costs["broadcast_s"],
@@ -206,6 +215,12 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
         f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "
         f"{host.loader_workers} loader worker(s) per rank; beyond the cores compute slows by "
         "the overcommit (fluid sharing), gloo's threads not counted",
+        ("compute slows as a stand-in for it did, timed at N' with every rank at once "
+         f"against each alone (x{target.compute_slowdown:.2f}: caches, memory bandwidth), "
+         "where that exceeds the overcommit; the model's own sensitivity is not measured")
+        if (target.compute_slowdown and n0 == 1) else
+        "compute slows only by the overcommit of cores (no stand-in timed at N' from a basis "
+        "at world size 1)",
         "per-rank iteration times are independent draws from the measured per-rank, "
         "per-iteration samples; the slowest-of-N' wait is the median of their maximum "
         "(order statistics of the empirical distribution), or, if larger, the wait per sync "

@@ -53,6 +53,7 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
         broadcast = max(world - alone, 0.0)  # what N ranks add over one, as the components
     return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
             "broadcast_s": broadcast, "sync_wait_s": lockstep_wait(rank.world_size),
+            "compute_slowdown": stand_in_slowdown(rank.rank, rank.world_size),
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
 
@@ -86,6 +87,51 @@ def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
     load.join_or_raise(timeout_s=300)
     got = rates(alone, loaded, round_alone, load.rounds)
     return {k: got[k] for k in ("compute_rate", "comm_rate") if got[k] is not None}
+
+
+def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
+    """How much slower a stand-in for the model's compute runs with every rank running it at
+    once than with each rank alone (the others waiting at a barrier): the host's shared cores,
+    caches and memory bandwidth, which no timing of one rank shows. The stand-in is a
+    transformer block's kinds of work (layer norm, matmul, GELU, attention softmax) over a
+    working set larger than a core's caches, one thread; fixed work, not the model. The ranks'
+    mean of each one's median ratio; 1 at one rank."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return 1.0
+    x = torch.randn(8, 1024, 128)
+    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
+    norm = torch.nn.LayerNorm(128)
+
+    def block() -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            h = torch.nn.functional.gelu(norm(x) @ up) @ down
+            (h @ h.transpose(1, 2)).softmax(-1)
+        return time.perf_counter() - start
+
+    block()  # warm: allocations, the first call's dispatch
+    # the others sleep through a rank's turn alone: waiting in a collective is not idle (the
+    # wait polls), and it would slow the turn it is meant to leave alone
+    turn_s = 3 * max(block() for _ in range(2))
+    alone, together = [], []
+    for _ in range(reps):  # interleaved, so that a drift of the host's speed cancels
+        for turn in range(world_size):
+            dist.barrier()
+            if turn == rank:
+                alone.append(block())
+            else:
+                time.sleep(turn_s)
+        dist.barrier()
+        together.append(block())
+    mine = torch.tensor([statistics.median(together) / statistics.median(alone)],
+                        dtype=torch.float64)
+    dist.all_reduce(mine)
+    return float(mine) / world_size
 
 
 def lockstep_wait(world_size: int, reps: int = 20, work: int = 12) -> float:
@@ -130,7 +176,8 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
-                  contention=_median_rates(ranks))
+                  contention=_median_rates(ranks),
+                  compute_slowdown=ranks[0].get("compute_slowdown"))
 
 
 def _median_rates(ranks: list[dict]) -> dict:

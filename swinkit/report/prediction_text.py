@@ -55,8 +55,10 @@ def held_out_lines(result: dict) -> list[str]:
     first = result["launches"][0]["targets"] if result["launches"] else {}
     for ws, p in sorted(first.items(), key=lambda kv: kv[1]["world_size"]):
         parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["components_s"].items())
+        slowed = p.get("compute_slowdown", p["core_slowdown"])
         out.append(f"predicted parts at N={ws} (launch 1, ms): {parts}; compute slowed "
-                   f"x{p['core_slowdown']:.2f} by shared cores; communication {p['comm_source']}")
+                   f"x{slowed:.2f} by the shared host (x{p['core_slowdown']:.2f} by the cores' "
+                   f"overcommit); communication {p['comm_source']}")
         if p.get("paired_components_s"):
             parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["paired_components_s"].items())
             out.append(f"  measured in the run at N={ws} afterwards (paired components, ms): "
