@@ -28,8 +28,9 @@ DEFAULT_STEPS = STEPS if EVERYTHING else [1, 4]
 ZERO = ("zero1", "zero2")
 NOT_BY_DEFAULT = "not in the default run: set SWINKIT_ENGINES=all"
 # Optimizer steps per launch: the engines differ most in bytes, rounds and memory, which are the
-# same every step; 4 timed steps keep the whole file to a few minutes on 2 CPU cores.
-ITERS, WARMUP = 4, 2
+# same every step; 3 timed steps after 1 warm-up keep the whole file near 2.5 minutes on 2 CPU
+# cores (the step time's median of 3 is noisier: compare engines as ratios within one run).
+ITERS, WARMUP = 3, 1
 
 
 def _engines_and_accumulation(self):

@@ -47,7 +47,7 @@ class Remedy:
         if runnable:
             sweep.run("what_if", lambda: what_if(
                 preset(), runnable, [CATALOGUE[n] for n in REMEDIES if n != "baseline"],
-                iters=6, warmup=3, remedy_world_sizes=[ws for ws in runnable if ws > 1],
+                iters=5, warmup=2, remedy_world_sizes=[ws for ws in runnable if ws > 1],
                 # unpaired: a paired run's own components would add ~1 min to the default
                 # asv run, which must stay within 12; `tools/attribute.py --run --what-if`
                 # pairs them

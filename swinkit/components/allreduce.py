@@ -172,13 +172,13 @@ def summarize_rank0(result: dict, world: int) -> dict:
     return out
 
 
-def allreduce_sweep(world_sizes, preset: str = "thesis", samples: int = 5, warmup: int = 1,
+def allreduce_sweep(world_sizes, preset: str = "thesis", samples: int = 4, warmup: int = 1,
                     progress=print):
     """Sweep keyed by world size: :func:`summarize_rank0` of one launch each."""
     from swinkit.launch import launch
     from swinkit.runs.sweep import Sweep, sweep_launch
 
-    # 5 samples after 1 warm-up per (layout, dtype): each is a ~0.5 GB reduction, ~1 s on 2
+    # 4 samples after 1 warm-up per (layout, dtype): each is a ~0.5 GB reduction, ~1 s on 2
     # CPU cores; asv keeps the samples' spread, so a noisier median shows as such
     sweep = Sweep(meta={"samples": samples, "warmup": warmup, "preset": preset})
     for ws in sweep.runnable(world_sizes):
