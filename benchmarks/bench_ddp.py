@@ -27,10 +27,16 @@ def with_strong_scaling(weak, preset, world_sizes, **kwargs):
     else:
         sweep = weak
         for ws in world_sizes:
-            sweep.skipped.setdefault(("strong", ws), "strong scaling is not in the default "
-                                                     "run: set SWINKIT_DDP=all")
-    if not all(ws in sweep.results for ws in (1, 2)):
-        sweep.skipped["held_out"] = "world sizes 1 and 2 were not both run"
+            sweep.skipped.setdefault(("strong", ws), weak.skipped.get(ws) or (
+                "strong scaling is not in the default run: set SWINKIT_DDP=all"))
+    missing = [ws for ws in (1, 2) if ws not in sweep.results]
+    if missing:  # the run's own reason: the machine's (skipped) or the failure's
+        ws = missing[0]
+        if ws in sweep.failed:
+            sweep.failed["held_out"] = f"the run at world size {ws} failed: {sweep.failed[ws]}"
+        else:
+            sweep.skipped["held_out"] = (f"no run at world size {ws}: "
+                                         f"{sweep.skipped.get(ws, 'not measured')}")
     elif not _exists(_held_out):  # an older commit's swinkit
         sweep.skipped["held_out"] = "this commit's swinkit predicts no held-out world size"
     else:

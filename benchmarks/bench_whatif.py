@@ -24,7 +24,9 @@ SUITE_DEFAULT = "bf16_hook"
 REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF") or SUITE_DEFAULT)]
 # the suite's world sizes are the params (ids stay the same whatever runs); these run
 WORLD_SIZES = list(ALL_WORLD_SIZES)
-RUN_WORLD_SIZES = [int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")] if (
+# (only the suite's world sizes: others would run where no benchmark parameter reads them)
+RUN_WORLD_SIZES = [ws for ws in WORLD_SIZES if ws in {
+    int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")}] if (
     os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else [ws for ws in WORLD_SIZES if ws > 1]
 
 

@@ -156,5 +156,46 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
         bench_ddp.Iteration.setup_cache)
     # without a run at 2 there is nothing to score: skipped with the reason
     alone = bench_ddp.with_strong_scaling(Sweep(results={1: {"iter_s": 1.0}}), "test", [1, 2])
-    with pytest.raises(NotImplementedError, match="not both run"):
+    with pytest.raises(NotImplementedError, match="no run at world size 2"):
         bench_predict.HeldOut().setup(alone, "model")
+
+
+def test_held_out_gives_the_run_at_2s_own_reason_when_it_is_missing(bench_ddp, monkeypatch):
+    monkeypatch.setattr(bench_ddp, "_exists", lambda function: True)
+    failed = bench_ddp.with_strong_scaling(
+        Sweep(results={1: {"iter_s": 1.0}}, failed={2: "rank 1 killed (SIGKILL)"}),
+        "test", [1, 2])
+    with pytest.raises(RuntimeError, match="world size 2 failed: rank 1 killed"):
+        failed.get("held_out")
+    short = bench_ddp.with_strong_scaling(
+        Sweep(results={1: {"iter_s": 1.0}}, skipped={2: "needs 2 CPU cores"}), "test", [1, 2])
+    with pytest.raises(NotImplementedError, match="needs 2 CPU cores"):
+        short.get("held_out")
+    # a world size the machine cannot hold keeps that reason for strong scaling too
+    with pytest.raises(NotImplementedError, match="needs 2 CPU cores"):
+        short.get("strong", 2)
+
+
+def test_one_failed_loader_setting_fails_only_itself():
+    from swinkit.components.loader_throughput import _by_workers
+    sweep = Sweep()
+    sweep.results[("supply", 2)] = [
+        {"0": {"rank": 0, "images_per_s": 5.0}, "4": {"rank": 0, "error": "DataLoader timed out"}},
+        {"0": {"rank": 1, "images_per_s": 6.0}, "4": {"rank": 1, "images_per_s": 2.0}}]
+    _by_workers(sweep, 2, [0, 4])
+    assert [r["images_per_s"] for r in sweep.get(2, 0)] == [5.0, 6.0]
+    with pytest.raises(RuntimeError, match="rank 0: DataLoader timed out"):
+        sweep.get(2, 4)
+
+
+def test_a_failing_basis_leaves_the_ddp_run_standing(monkeypatch):
+    """A paired run whose components cannot give a basis (here: a rank without a record)
+    keeps its own measurements, with the reason (a TypeError here, which it once let escape)."""
+    from swinkit.runs import ddp_sweep
+    from swinkit.runs.ddp_run import DDPRunSpec
+    monkeypatch.setattr(ddp_sweep, "run_ddp", lambda spec, progress: {
+        "iter_s": 0.5, "ranks": [{"rank": 0}], "local_run": {"ranks": [None]}})
+    spec = DDPRunSpec(preset="test", world_size=1, iters=1, warmup=0, paired=True)
+    result = ddp_sweep._run(spec, progress=lambda *a: None)
+    assert result["iter_s"] == 0.5 and "basis" not in result
+    assert result["basis_failed"] and result["prediction_failed"]

@@ -49,8 +49,11 @@ def loader_settings_rank(rank, preset: str, data_root: str, workers: list[int],
     out = {}
     for w in workers:
         dist.barrier()  # the previous setting's workers are gone on every rank
-        out[str(w)] = loader_rank(rank, preset=preset, data_root=data_root, workers=w,
-                                  batches=batches)
+        try:  # one setting's failure (a worker's timeout, its memory) is that setting's
+            out[str(w)] = loader_rank(rank, preset=preset, data_root=data_root, workers=w,
+                                      batches=batches)
+        except Exception as exc:
+            out[str(w)] = {"rank": rank.rank, "error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
@@ -95,6 +98,7 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
             progress(f"  loader supply: world size {ws}, {runnable} workers per rank")
             kwargs = dict(preset=preset, data_root=cfg.data_root, workers=runnable,
                           batches=batches)
+            lc = sweep_launch(ws, wall_timeout_s=1200 * len(runnable))  # 1200 s a setting
             sweep.run(("supply", ws), lambda kw=kwargs, lc=lc: launch(
                 f"{__name__}:loader_settings_rank", kw, lc, quiet=True).result["ranks"],
                 progress)
@@ -116,7 +120,12 @@ def _by_workers(sweep, ws: int, workers: list[int]) -> None:
     key = ("supply", ws)
     for w in workers:
         if key in sweep.results:
-            sweep.results[(ws, w)] = [r[str(w)] for r in sweep.results[key]]
+            ranks = [r[str(w)] for r in sweep.results[key]]
+            errors = [f"rank {r['rank']}: {r['error']}" for r in ranks if "error" in r]
+            if errors:
+                sweep.failed[(ws, w)] = "; ".join(errors)
+            else:
+                sweep.results[(ws, w)] = ranks
         elif key in sweep.failed:
             sweep.failed[(ws, w)] = sweep.failed[key]
     sweep.results.pop(key, None)

@@ -12,11 +12,16 @@ and its plumbing end to end, not a network.
 """
 from __future__ import annotations
 
+import os
+import signal
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from swinkit.attribution.links import fit_link_or_bandwidth
 from swinkit.launch import LaunchConfig, launch
 from swinkit.launch.supervisor import free_port
+from swinkit.launch.terminate import sigterm_raises
 
 # one rank per simulated node: the link alone, as a point-to-point benchmark measures it
 RANKS_PER_NODE = 1
@@ -34,8 +39,15 @@ def internode_rank(rank, bucket_bytes: list[int]) -> dict:
     return {"rank": rank.rank, "bucket_comm_s": comm}
 
 
-def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print) -> list[float]:
-    """Seconds per bucket's all-reduce over ``nodes`` simulated nodes of one rank each."""
+def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print,
+                      timeout_s: float = 300.0) -> list[float]:
+    """Seconds per bucket's all-reduce over ``nodes`` simulated nodes of one rank each.
+
+    Each node's launch runs in a thread (two supervisors, as two hosts would have), so a
+    signal reaches neither's own clean-up: on Ctrl-C, SIGTERM or one node's failure the nodes
+    still running are stopped here (their agents' process groups, from each run directory's
+    ``agent.pid``), and the rendezvous and the watchdog are bounded by ``timeout_s``, not the
+    launch's defaults of minutes."""
     if nodes < 2:
         raise ValueError(f"--inter-link localhost: needs 2 or more nodes, got {nodes}")
     if not bucket_bytes:
@@ -43,18 +55,41 @@ def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print) -
     endpoint = f"127.0.0.1:{free_port()}"
     progress(f"inter-node link: the {len(bucket_bytes)} buckets' all-reduces across {nodes} "
              "simulated nodes on this host (two elastic agents, one endpoint)")
+    run_dirs = [Path(tempfile.mkdtemp(prefix=f"swinkit-node{k}-")) for k in range(nodes)]
 
     def node(k: int):
         cfg = LaunchConfig(world_size=RANKS_PER_NODE, nnodes=nodes, node_rank=k,
-                           rdzv_endpoint=endpoint, allow_oversubscribe=True)
+                           rdzv_endpoint=endpoint, allow_oversubscribe=True,
+                           join_timeout_s=timeout_s, wall_timeout_s=timeout_s)
         return launch(f"{__name__}:internode_rank", {"bucket_bytes": list(bucket_bytes)}, cfg,
-                      quiet=True)
+                      run_dir=run_dirs[k], quiet=True)
 
-    with ThreadPoolExecutor(nodes) as pool:
-        runs = list(pool.map(node, range(nodes)))
+    pool, futures = ThreadPoolExecutor(nodes), []
+    try:
+        with sigterm_raises():
+            futures = [pool.submit(node, k) for k in range(nodes)]
+            runs = [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, SIGTERM, one node's failure: stop the nodes still up
+        for run_dir, future in zip(run_dirs, futures):
+            if not future.done():  # a finished launch has stopped its own agent already
+                _stop_agent(run_dir)
+        raise
+    finally:
+        pool.shutdown(wait=True)  # the launches return once their agents are gone
     # rank 0 gathers every rank's result; the rendezvous decides on which node it runs
-    report = next(r.result for r in runs if r.result is not None)
-    return list(report["ranks"][0]["bucket_comm_s"])
+    reports = [r.result for r in runs if r.result is not None]
+    if not reports:
+        raise ValueError("--inter-link localhost: neither simulated node returned the timings")
+    return list(reports[0]["ranks"][0]["bucket_comm_s"])
+
+
+def _stop_agent(run_dir: Path) -> None:
+    """SIGKILL what is left of the agent's process group (its ranks with it), if anything."""
+    try:
+        pgid = int((run_dir / "agent.pid").read_text())
+        os.killpg(pgid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass  # never started, or already gone
 
 
 def localhost_inter_link(bucket_bytes: list[int], progress=print) -> dict:

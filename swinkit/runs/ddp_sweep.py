@@ -62,8 +62,9 @@ def _run(spec: DDPRunSpec, progress) -> dict:
         from swinkit.runs.component_costs import basis_of, predict_from
         try:  # kept for predicting other world sizes from this one (held out)
             result["basis"] = basis_of(result)
-        except (KeyError, IndexError) as exc:
-            progress(f"  world size {spec.world_size}: no basis kept: {exc!r}")
+        except Exception as exc:  # the DDP run's own measurements still stand without it
+            result["basis_failed"] = f"{type(exc).__name__}: {exc}"
+            progress(f"  world size {spec.world_size}: no basis kept: {result['basis_failed']}")
         local_run = result.pop("local_run")
         for rank in result["ranks"]:  # the local steps, in local_run too: not in the cache
             rank.pop("local", None)
