@@ -231,3 +231,33 @@ def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_t
     narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, compute_slowdown=1.8),
                         Host(cores=2))
     assert narrow["predicted_iter_s"] == pytest.approx(2.0)
+
+
+def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
+    """One rank of 1.0 s (0.4 forward, 0.5 backward, 0.1 optimizer), its bucket ready at the
+    end of backward, the all-reduce free. At N' = 2 rank 1's forward is known to take 200 ms
+    more: both ranks meet at the bucket, so the iteration is 1.2 s where the naive
+    predictions stay at 1.0; every 2nd iteration, 1.1 s on average. Rank 0 alone: the same."""
+    from swinkit.experiments.predict_run import predict_one
+    from swinkit.injection import Injection
+
+    phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+              "optimizer": 0.1, "other": 0.0}
+    position = {"phases_s": dict(phases), "bucket_ready_s": [0.5],
+                "samples": [{"phases_s": dict(phases), "bucket_ready_s": [0.5]}] * 3}
+    basis = {"costs": {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+                       "ranks": [{"rank": 0, "positions": [position]}], "bucket_comm_s": [0.0],
+                       "broadcast_s": 0.0},
+             "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
+                      "images_per_rank": 2}}
+    target = Target(2, [0.0], sync_wait_s=0.0)
+    slow_one = predict_one(basis, 1.0, target, Injection(compute_ms=200, ranks=(1,)))
+    assert slow_one["predicted_iter_s"] == pytest.approx(1.2)
+    assert slow_one["perfect_scaling_s"] == 1.0 and slow_one["plus_allreduce_s"] == 1.0
+    assert any("compute_ms=200" in a for a in slow_one["assumptions"])
+    half = predict_one(basis, 1.0, target, Injection(compute_ms=200, ranks=(1,), every=2))
+    assert half["predicted_iter_s"] == pytest.approx(1.1)
+    # a late backward on rank 0 delays its bucket (ready after the middle) by as much
+    late = predict_one(basis, 1.0, target, Injection(backward_ms=100, ranks=(0,)))
+    assert late["predicted_iter_s"] == pytest.approx(1.1)
+    assert predict_one(basis, 1.0, target)["predicted_iter_s"] == pytest.approx(1.0)

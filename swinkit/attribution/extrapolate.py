@@ -144,11 +144,39 @@ def work_samples(costs: dict) -> list[float]:
     return out
 
 
-def predict_at(costs: dict, target: Target, host: Host, network: bool = True) -> dict:
+def injected_positions(positions: list[dict], extra: dict[str, float]) -> list[dict]:
+    """``positions`` with a known cost per iteration added to phases of one rank (an injection
+    at N' that the run it is predicted from did not have): ``extra`` seconds per phase;
+    backward's lands half way through it, so the buckets ready after its middle are late by it.
+
+    >>> injected_positions([{"phases_s": {"backward": 0.4}, "bucket_ready_s": [0.1, 0.3]}],
+    ...                    {"backward": 0.05})[0]["bucket_ready_s"]
+    [0.1, 0.35]
+    """
+    out = []
+    for p in positions:
+        ph = dict(p["phases_s"])
+        for phase, seconds in extra.items():
+            ph[phase] = ph.get(phase, 0.0) + seconds
+        half, late = p["phases_s"].get("backward", 0.0) / 2, extra.get("backward", 0.0)
+        out.append({"phases_s": ph, "bucket_ready_s": [t + late if t >= half else t
+                                                       for t in p["bucket_ready_s"]]})
+    return out
+
+
+def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
+               injected: dict[int, dict[str, float]] | None = None,
+               launch_delay_s: dict[int, float] | None = None) -> dict:
     """The iteration at ``target.world_size`` from ``costs`` (the component costs of the run at
     the largest measured size, :func:`swinkit.runs.component_costs.costs`). ``network=False``
     drops the communication terms (the trap of a model that pins its network term to zero).
+    ``injected``: per rank at N', seconds per phase and iteration known to be added there
+    (:func:`injected_positions`); ``launch_delay_s``: per rank, seconds each bucket's
+    all-reduce starts late (as :func:`~swinkit.attribution.oracle.simulate` takes them).
     Returns ``predicted_iter_s`` and its parts, every figure predicted."""
+    # Long: the model's terms in the order they build on each other (cores, compute, loading,
+    # the replay with communication, the wait for the slowest rank); split, each would pass on
+    # half a dozen of the others' figures.
     n, n0 = target.world_size, costs["world_size"]
     profile = median_profile(costs)
     local = sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
@@ -178,11 +206,12 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True) ->
     replay_costs = {
         "world_size": n, "grad_accum": costs["grad_accum"],
         "contention": costs.get("contention") if n0 > 1 else target.contention,
-        "ranks": [{"rank": r, "positions": positions} for r in range(n)],
+        "ranks": [{"rank": r, "positions": injected_positions(positions, (injected or {})[r])
+                   if r in (injected or {}) else positions} for r in range(n)],
         "bucket_comm_s": comm, "broadcast_s": target.broadcast_s if network else 0.0,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
-    base = simulate(replay_costs)
+    base = simulate(replay_costs, launch_delay_s)
     samples = work_samples(costs)
     jitter = ((median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)

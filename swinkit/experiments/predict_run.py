@@ -51,18 +51,43 @@ def _median_rates(ranks: list[dict]) -> dict:
             for k in names}
 
 
-def predict_one(basis: dict, t1_s: float, target: Target) -> dict:
+def predict_one(basis: dict, t1_s: float, target: Target,
+                injection: Injection | None = None) -> dict:
     """The prediction at ``target`` from ``basis`` (:func:`~swinkit.runs.component_costs.basis_of`
-    the largest "from" run)
-    with the baselines and the model with its network term dropped beside it."""
+    the largest "from" run) with the baselines and the model with its network term dropped
+    beside it. ``injection``: what the run at the target is known to add (a straggler there),
+    taken into the model's replay; the naive predictions know nothing of it."""
     c, host = basis["costs"], Host(**basis["host"])
-    pred = predict_at(c, target, host)
+    injected, delay = injected_costs(injection, target.world_size, host)
+    pred = predict_at(c, target, host, injected=injected, launch_delay_s=delay)
     pred.update(naive(t1_s, target))
-    pred["no_network_s"] = predict_at(c, target, host, network=False)["predicted_iter_s"]
+    pred["no_network_s"] = predict_at(c, target, host, network=False, injected=injected,
+                                      launch_delay_s=delay)["predicted_iter_s"]
     pred["from_world_size"] = c["world_size"]
     pred["t1_s"] = t1_s
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
+    if injected or delay:
+        pred["assumptions"].append(
+            f"known at N': the injection {injection.describe()}, its cost per iteration the "
+            "amount asked (spread over 'every' iterations as a mean); data_ms only where the "
+            "rank loads itself (no loader workers)")
     return pred
+
+
+def injected_costs(injection: Injection | None, world_size: int, host: Host):
+    """Per rank at ``world_size``: the seconds per phase and iteration ``injection`` adds
+    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
+    if injection is None or not injection.active:
+        return None, None
+    per_it = 1e-3 / injection.every
+    extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
+             "optimizer": injection.optimizer_ms * per_it}
+    if host.loader_workers == 0:  # each sample of the rank's batch, on the rank's own time
+        extra["data_wait"] = injection.data_ms * host.images_per_rank * per_it
+    extra = {k: v for k, v in extra.items() if v}
+    ranks = [r for r in range(world_size) if injection.applies_to(r)]
+    delay = {r: injection.comm_ms * per_it for r in ranks} if injection.comm_ms else None
+    return ({r: extra for r in ranks} if extra else None), delay
 
 
 def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),
@@ -124,7 +149,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                "load_average": os.getloadavg()[0]}
         for ws in targets:
             target = measure_target(preset, ws, basis, progress)
-            pred = predict_one(basis, t1, target)
+            pred = predict_one(basis, t1, target, injection.for_world_size(ws))
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 spec = _paired(preset, ws, iters, warmup, injection, images[ws])
