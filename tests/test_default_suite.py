@@ -25,13 +25,18 @@ def _fake_engine_sweep(calls):
     return engine_sweep
 
 
-@pytest.fixture
-def bench_engines(monkeypatch):
-    monkeypatch.delenv("SWINKIT_ENGINES", raising=False)
-    from benchmarks import bench_engines as module
-    module = importlib.reload(module)
+def _reloaded(name: str, variable: str, monkeypatch):
+    """benchmarks.``name`` imported afresh with $``variable`` unset (its defaults are read at
+    import), reloaded again afterwards so later tests see the module as the environment has it."""
+    monkeypatch.delenv(variable, raising=False)
+    module = importlib.reload(importlib.import_module(f"benchmarks.{name}"))
     yield module
     importlib.reload(module)
+
+
+@pytest.fixture
+def bench_engines(monkeypatch):
+    yield from _reloaded("bench_engines", "SWINKIT_ENGINES", monkeypatch)
 
 
 def test_default_engines_leave_out_zero_at_one_rank_and_k_2_with_the_reason(bench_engines,
@@ -125,11 +130,7 @@ def test_loader_sweep_measures_each_setting_in_one_launch():
 
 @pytest.fixture
 def bench_ddp(monkeypatch):
-    monkeypatch.delenv("SWINKIT_DDP", raising=False)
-    from benchmarks import bench_ddp as module
-    module = importlib.reload(module)
-    yield module
-    importlib.reload(module)
+    yield from _reloaded("bench_ddp", "SWINKIT_DDP", monkeypatch)
 
 
 def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(bench_ddp,
