@@ -158,7 +158,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
             row["targets"][ws] = pred
         launches.append(row)
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
-            "summary": summarize(launches, targets), "injection": injection.to_dict()}
+            "summary": summarize(launches, targets), "repeatability": repeatability(launches),
+            "injection": injection.to_dict()}
 
 
 def score_against(pred: dict, measured_iter_s: float, paired: dict | None) -> None:
@@ -215,4 +216,25 @@ def summarize(launches: list[dict], targets: list[int]) -> dict:
         out[ws] = {name: {"per_launch_pct": [r["accuracy"][name]["accuracy_pct"] for r in rows],
                           "worst_pct": min(r["accuracy"][name]["accuracy_pct"] for r in rows)}
                    for name in names}
+    return out
+
+
+def repeatability(launches: list[dict]) -> dict:
+    """The host's own noise floor for a prediction a minute ahead: per world size measured in
+    every launch, each launch's iteration taken as a prediction of the next launch's at the
+    same size (Kahira et al.'s accuracy, as the predictors are scored). Nothing changed
+    between them but time, so no prediction of a later run can be expected to score closer
+    than these; empty with fewer than two launches."""
+    series: dict[str, list[float]] = {}
+    for row in launches:
+        for ws, t in row["measured_from"].items():
+            series.setdefault(str(ws), []).append(t)
+        for ws, pred in row["targets"].items():
+            if "measured_iter_s" in pred:
+                series.setdefault(str(ws), []).append(pred["measured_iter_s"])
+    out = {}
+    for ws, times in series.items():
+        if len(times) == len(launches) > 1:
+            pcts = [accuracy(a, b)["accuracy_pct"] for a, b in zip(times, times[1:])]
+            out[ws] = {"per_pair_pct": pcts, "worst_pct": min(pcts)}
     return out

@@ -52,6 +52,7 @@ def held_out_lines(result: dict) -> list[str]:
             if key in by:
                 pcts = ", ".join(f"{v:.1f}" for v in by[key]["per_launch_pct"])
                 out.append(f"  {label:38s} {pcts} % ({by[key]['worst_pct']:.1f} %)")
+    out += repeatability_lines(result.get("repeatability") or {})
     first = result["launches"][0]["targets"] if result["launches"] else {}
     for ws, p in sorted(first.items(), key=lambda kv: kv[1]["world_size"]):
         parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["components_s"].items())
@@ -66,6 +67,19 @@ def held_out_lines(result: dict) -> list[str]:
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
+    return out
+
+
+def repeatability_lines(repeat: dict) -> list[str]:
+    """The host's own noise floor (:func:`swinkit.experiments.predict_run.repeatability`)."""
+    if not repeat:
+        return []
+    out = ["the host's own repeatability (each launch's measured iteration as a prediction of "
+           "the next launch's, same size; no prediction a minute ahead can be expected to "
+           "score closer):"]
+    for ws, r in sorted(repeat.items(), key=lambda kv: int(kv[0])):
+        pcts = ", ".join(f"{v:.1f}" for v in r["per_pair_pct"])
+        out.append(f"  world size {ws:<26} {pcts} % ({r['worst_pct']:.1f} %)")
     return out
 
 
