@@ -96,6 +96,8 @@ def test_against_names_the_component_that_moved(results, tmp_path):
     (["--run", "--world-sizes", "0,1"], 2, "--world-sizes must be integers >= 1"),
     (["--run", "--world-sizes", "a"], 2, "--world-sizes must be integers >= 1 joined by commas"),
     (["--run", "--inject", "bogus=1"], 2, "no field 'bogus'"),
+    (["--run", "--preset", "test", "--world-sizes", "1", "--data-root", "/nonexistent/ade"], 2,
+     "data root /nonexistent/ade does not exist"),
 ])
 def test_bad_input_exit_codes(results, args, code, message):
     if "--results" not in args:
@@ -132,10 +134,11 @@ def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, 
     (measured: 78 ms beside a busy process, 86 ms under load 10-14). That the verdict names it
     is held up to one other busy process's worth of load; its share, on an idle machine."""
     from conftest import ForeignLoad
-    monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
-    with ForeignLoad() as load:
+    monkeypatch.delenv("SWINKIT_DATA_ROOT", raising=False)
+    with ForeignLoad() as load:  # the data as a user with their own set names it
         out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--repeats", "2",
                          "--iters", "6", "--inject", "data_ms=40,ranks=1",
+                         "--data-root", str(data_root),
                          "--json", str(tmp_path / "a.json"), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "not applied at world size 1" in out.stdout

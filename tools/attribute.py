@@ -26,6 +26,7 @@ Exit codes: 0 report written; 1 a measurement failed (the failing rank is named)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", help="another commit to compare with")
     p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
     p.add_argument("--preset", default="cpu")
+    p.add_argument("--data-root", help="with --run: the ADE20K root (real, or the synthetic set "
+                                       "`python -m swinkit make-data` writes); default "
+                                       "$SWINKIT_DATA_ROOT, else the synthetic set in the cache")
     p.add_argument("--world-sizes", default="1,2", type=_comma_ints("--world-sizes"),
                    help="with --run (default 1,2)")
     p.add_argument("--iters", type=int, default=None,
@@ -99,6 +103,9 @@ def _latest_validation(report: dict) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
+    if args.data_root:  # every rank, worker and child reads it as $SWINKIT_DATA_ROOT
+        from swinkit.config import DATA_ROOT_ENV
+        os.environ[DATA_ROOT_ENV] = str(Path(args.data_root).expanduser().resolve())
     if args.list_remedies:
         from swinkit.experiments.remedies import CATALOGUE, DEFAULT
         for name, remedy in CATALOGUE.items():
