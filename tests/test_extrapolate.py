@@ -266,12 +266,14 @@ def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
 def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
     """T(1) of 1.0, 1.25, 1.0 s in three launches: 1.0 as a prediction of 1.25 is 80 %
     accurate, 1.25 of 1.0 is 75 %. The runs at 2 measured 2.0, 2.0, 1.5 s: 100 %, then 2.0 as
-    a prediction of 1.5 is 66.7 %. An unscored size (no run at N') and a single launch give
-    nothing."""
+    a prediction of 1.5 is 66.7 %. A size not scored in every launch (4: in launches 1 and 3
+    only, equal times that would read 100 %) and a single launch give nothing."""
     from swinkit.experiments.predict_run import repeatability
 
     launches = [{"measured_from": {1: t1}, "targets": {2: {"measured_iter_s": t2}, 4: {}}}
                 for t1, t2 in [(1.0, 2.0), (1.25, 2.0), (1.0, 1.5)]]
+    # 4 scored in one launch and then in another: not a pair of consecutive launches
+    launches[0]["targets"][4] = launches[2]["targets"][4] = {"measured_iter_s": 3.0}
     got = repeatability(launches)
     assert got["1"]["per_pair_pct"] == pytest.approx([80.0, 75.0])
     assert got["1"]["worst_pct"] == pytest.approx(75.0)

@@ -151,10 +151,11 @@ def test_held_out_text_prints_the_baselines_and_assumptions():
                             "summary": {2: {k: {"per_launch_pct": [v["accuracy_pct"]],
                                                 "worst_pct": v["accuracy_pct"]}
                                             for k, v in pred["accuracy"].items()}},
-                            "repeatability": {"1": {"per_pair_pct": [97.5, 93.25],
-                                                    "worst_pct": 93.25}}})
+                            "repeatability": {"1": {"per_pair_pct": [97.5, 93.24],
+                                                    "worst_pct": 93.24}}})
     text = "\n".join(lines)
-    assert "the host's own repeatability" in text and "97.5, 93.2 % (93.2 %)" in text
+    assert "the host's own repeatability" in text
+    assert f"  {'world size 1':38s} 97.5, 93.2 % (93.2 %)" in lines  # the predictors' columns
     assert "swinkit (predicted)" in text and "98.2 %" in text
     assert "perfect scaling T(1)" in text and "89.3 %" in text
     assert "T(1) + all-reduce at N'" in text and "  - stated" in text

@@ -194,7 +194,7 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     row = {"launch": 1, "measured_from": {source: t1}, "t1_s": t1, "basis": basis,
            "targets": {target: pred}, "load_average": os.getloadavg()[0]}
     return {"preset": preset, "from": [source], "targets": [target], "launches": [row],
-            "summary": summarize([row], [target])}
+            "summary": summarize([row], [target]), "repeatability": {}}
 
 
 def _paired(preset, ws, iters, warmup, injection, images):
@@ -220,11 +220,12 @@ def summarize(launches: list[dict], targets: list[int]) -> dict:
 
 
 def repeatability(launches: list[dict]) -> dict:
-    """The host's own noise floor for a prediction a minute ahead: per world size measured in
-    every launch, each launch's iteration taken as a prediction of the next launch's at the
-    same size (Kahira et al.'s accuracy, as the predictors are scored). Nothing changed
-    between them but time, so no prediction of a later run can be expected to score closer
-    than these; empty with fewer than two launches."""
+    """The host's run-to-run spread: per world size measured in every launch, each launch's
+    iteration taken as a prediction of the next launch's at the same size (Kahira et al.'s
+    accuracy, as the predictors are scored). Nothing changed between those runs but time: a
+    predictor's score inside this spread cannot be told from the host's noise. (No strict
+    floor: a held-out pair is closer in time than two launches.) Empty with fewer than two
+    launches."""
     series: dict[str, list[float]] = {}
     for row in launches:
         for ws, t in row["measured_from"].items():

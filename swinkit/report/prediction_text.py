@@ -71,15 +71,16 @@ def held_out_lines(result: dict) -> list[str]:
 
 
 def repeatability_lines(repeat: dict) -> list[str]:
-    """The host's own noise floor (:func:`swinkit.experiments.predict_run.repeatability`)."""
+    """The host's run-to-run spread (:func:`swinkit.experiments.predict_run.repeatability`),
+    in the predictors' columns."""
     if not repeat:
         return []
     out = ["the host's own repeatability (each launch's measured iteration as a prediction of "
-           "the next launch's, same size; no prediction a minute ahead can be expected to "
-           "score closer):"]
+           "the next launch's, same size; a score inside it cannot be told from the host's "
+           "noise):"]
     for ws, r in sorted(repeat.items(), key=lambda kv: int(kv[0])):
         pcts = ", ".join(f"{v:.1f}" for v in r["per_pair_pct"])
-        out.append(f"  world size {ws:<26} {pcts} % ({r['worst_pct']:.1f} %)")
+        out.append(f"  {'world size ' + str(ws):38s} {pcts} % ({r['worst_pct']:.1f} %)")
     return out
 
 
