@@ -280,3 +280,37 @@ def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
     assert got["2"]["per_pair_pct"] == pytest.approx([100.0, 200 / 3])
     assert "4" not in got
     assert repeatability(launches[:1]) == {}
+
+
+def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
+    """The order of a held-out sweep of 2 launches predicting 2 from 1: one short run at 1 for
+    the buckets' sizes, then per launch the timings at 2 (without the model), the run at 1,
+    the prediction from that run, and only then the run at 2. The prediction of each launch
+    is made from that launch's run at 1 (T(1) 1.0 s, then 1.5 s)."""
+    from swinkit.experiments import predict_run
+
+    events, t1s = [], iter([9.9, 1.0, 1.5])
+
+    def run_ddp(spec, progress):
+        events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else ""))
+        t = next(t1s) if spec.world_size == 1 else 2.0
+        return {"iter_s": t, "device": "cpu", "local_run": {}}
+
+    def measure_target(preset, ws, basis, progress):
+        events.append(f"timings at {ws}")
+        return Target(ws, [0.0])
+
+    def predict_one(basis, t1, target, injection):
+        events.append("prediction")
+        return {"t1_s": t1}
+
+    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
+    monkeypatch.setattr(predict_run, "measure_target", measure_target)
+    monkeypatch.setattr(predict_run, "predict_one", predict_one)
+    monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
+    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
+    monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    out = predict_run.held_out("test", [1, 2], [1], repeats=2, progress=lambda *a: None)
+    launch = ["timings at 2", "run 1", "prediction", "run 2"]
+    assert events == ["run 1 short"] + launch + launch
+    assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]

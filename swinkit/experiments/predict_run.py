@@ -1,11 +1,12 @@
 """Predict world sizes that were not run (``tools/attribute.py --predict``), and score the
 prediction against the run when it is made afterwards (held out).
 
-Per launch: the "from" world sizes run as ``--run`` runs them (paired DDP launches, the
-components measured beside the DDP steps); then, at each target size N', what is cheap to
-measure without the model, in one launch of N' ranks: the loader's supply with N' loaders at
-once, then the model's bucket all-reduces (the payloads of the run's own buckets) and its
-buffer broadcast timed as the component run times them (cold, the slowest rank's).
+Per launch: at each target size N', what is cheap to measure without the model, in one launch
+of N' ranks: the loader's supply with N' loaders at once, then the model's bucket all-reduces
+(the payloads of the model's own buckets) and its buffer broadcast timed as the component run
+times them (cold, the slowest rank's); then the "from" world sizes run as ``--run`` runs them
+(paired DDP launches, the components measured beside the DDP steps), the last of them just
+before the run at N'.
 :mod:`swinkit.attribution.extrapolate` predicts N' from the largest "from" run and those
 timings; with ``score`` the DDP run at N' follows, and the error is reported per launch.
 Nothing measured at N' by the DDP run is used by the prediction.
@@ -126,17 +127,26 @@ def _fitted(row: dict, basis: dict) -> Link:
 
 def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
              repeats: int = 3, score: bool = True, injection=None, progress=print) -> dict:
-    """Per launch: run the ``predict_from_sizes``, predict every larger size of
-    ``world_sizes`` from them, then (``score``) run it and score the prediction. Returns
-    ``{"launches": [...], "summary": {size: ...}}``."""
+    """Per launch: time each target size N' without the model, run the ``predict_from_sizes``,
+    predict every larger size of ``world_sizes`` from them, then (``score``) run it and score
+    the prediction. The timings at N' come first so that the run predicted from is the one
+    just before the run at N': on a shared host the speed drifts over minutes, and a basis
+    measured closer in time carries less of that drift into the score. They need the buckets'
+    sizes, which one short run at the largest "from" size gives before the first launch.
+    Returns ``{"launches": [...], "summary": {size: ...}}``."""
     sources = sorted(set(predict_from_sizes))
     targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
     if not targets:
         raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
     injection = injection or Injection()
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
+    progress(f"[world size {sources[-1]}] a short run for the buckets' sizes the timings at "
+             f"N' need")
+    probe_basis = basis_of(run_ddp(_paired(preset, sources[-1], 2, 1, injection,
+                                           images[sources[-1]]), progress=progress))
     launches = []
     for k in range(repeats):
+        timed = {ws: measure_target(preset, ws, probe_basis, progress) for ws in targets}
         runs = {}
         for ws in sources:
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
@@ -148,8 +158,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                # the host's 1-minute load at the launch (others' processes share the cores)
                "load_average": os.getloadavg()[0]}
         for ws in targets:
-            target = measure_target(preset, ws, basis, progress)
-            pred = predict_one(basis, t1, target, injection.for_world_size(ws))
+            pred = predict_one(basis, t1, timed[ws], injection.for_world_size(ws))
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 spec = _paired(preset, ws, iters, warmup, injection, images[ws])
