@@ -25,9 +25,9 @@ REMEDIES = ["baseline"] + [r.name for r in select(os.environ.get("SWINKIT_WHATIF
 # the suite's world sizes are the params (ids stay the same whatever runs); these run
 WORLD_SIZES = list(ALL_WORLD_SIZES)
 # (only the suite's world sizes: others would run where no benchmark parameter reads them)
-RUN_WORLD_SIZES = [ws for ws in WORLD_SIZES if ws in {
-    int(x) for x in os.environ["SWINKIT_WHATIF_WORLD_SIZES"].split(",")}] if (
-    os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")) else [ws for ws in WORLD_SIZES if ws > 1]
+_ASKED = os.environ.get("SWINKIT_WHATIF_WORLD_SIZES")
+RUN_WORLD_SIZES = ([ws for ws in WORLD_SIZES if ws in {int(x) for x in _ASKED.split(",")}]
+                   if _ASKED else [ws for ws in WORLD_SIZES if ws > 1])
 
 
 class Remedy:

@@ -178,6 +178,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # the replay with communication, the wait for the slowest rank); split, each would pass on
     # half a dozen of the others' figures.
     n, n0 = target.world_size, costs["world_size"]
+    injected = injected or {}
     profile = median_profile(costs)
     local = sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
     load_s = (host.images_per_rank / target.supply_images_per_s
@@ -206,8 +207,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     replay_costs = {
         "world_size": n, "grad_accum": costs["grad_accum"],
         "contention": costs.get("contention") if n0 > 1 else target.contention,
-        "ranks": [{"rank": r, "positions": injected_positions(positions, (injected or {})[r])
-                   if r in (injected or {}) else positions} for r in range(n)],
+        "ranks": [{"rank": r, "positions": injected_positions(positions, injected[r])
+                   if r in injected else positions} for r in range(n)],
         "bucket_comm_s": comm, "broadcast_s": target.broadcast_s if network else 0.0,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}

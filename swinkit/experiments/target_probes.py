@@ -102,9 +102,9 @@ def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
     # wait polls), and it would slow the turn it is meant to leave alone
     # one length for every rank's sleep: the slowest rank's estimate (a sleeper that woke
     # early would poll in the barrier through the turn)
-    turn = torch.tensor([3 * max(block() for _ in range(2))], dtype=torch.float64)
-    dist.all_reduce(turn, op=dist.ReduceOp.MAX)
-    turn_s = float(turn)
+    longest = torch.tensor([3 * max(block() for _ in range(2))], dtype=torch.float64)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    turn_s = float(longest)
     alone, together = [], []
     for _ in range(reps):  # interleaved, so that a drift of the host's speed cancels
         for turn in range(world_size):
