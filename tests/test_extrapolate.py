@@ -286,10 +286,12 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     """The order of a held-out sweep of 2 launches predicting 2 from 1: one short run at 1 for
     the buckets' sizes, then per launch the timings at 2 (without the model), the run at 1,
     the prediction from that run, and only then the run at 2. The prediction of each launch
-    is made from that launch's run at 1 (T(1) 1.0 s, then 1.5 s)."""
+    is made from that launch's run at 1 (T(1) 1.0 s, then 1.5 s), and with the host-sharing
+    readings of the timings at 2 so far (stand-in x1.0, then x1.2: launch 2 predicts with
+    their mean x1.1 and keeps its own x1.2 beside it)."""
     from swinkit.experiments import predict_run
 
-    events, t1s = [], iter([9.9, 1.0, 1.5])
+    events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2])
 
     def run_ddp(spec, progress):
         events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else ""))
@@ -298,11 +300,11 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
 
     def measure_target(preset, ws, basis, progress):
         events.append(f"timings at {ws}")
-        return Target(ws, [0.0])
+        return Target(ws, [0.0], compute_slowdown=next(slowdowns))
 
     def predict_one(basis, t1, target, injection):
         events.append("prediction")
-        return {"t1_s": t1}
+        return {"t1_s": t1, "slowdown": target.compute_slowdown}
 
     monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
     monkeypatch.setattr(predict_run, "measure_target", measure_target)
@@ -314,3 +316,26 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     launch = ["timings at 2", "run 1", "prediction", "run 2"]
     assert events == ["run 1 short"] + launch + launch
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
+    assert [row["targets"][2]["slowdown"] for row in out["launches"]] == [1.0, pytest.approx(1.1)]
+    assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.0, 1.2]
+
+
+def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_timings():
+    """Three launches' timings at 2: stand-in x1.01, x1.01, x1.13 (the third over-read, as one
+    did on this host) average to x1.05; lockstep waits 1, 2 and 6 ms to 3 ms, one launch not
+    timing it is left out (2 and 4 ms: 3 ms); the buckets' all-reduces are the latest's."""
+    from swinkit.experiments.predict_run import pooled
+
+    history = [Target(2, [0.010], compute_slowdown=1.01, sync_wait_s=0.001),
+               Target(2, [0.020], compute_slowdown=1.01, sync_wait_s=0.002),
+               Target(2, [0.030], compute_slowdown=1.13, sync_wait_s=0.006)]
+    got = pooled(history)
+    assert got.compute_slowdown == pytest.approx(1.05)
+    assert got.sync_wait_s == pytest.approx(0.003)
+    assert got.bucket_comm_s == [0.030]
+    assert "x1.01, x1.01, x1.13" in got.notes[-1]
+    assert pooled(history[:1]) is history[0]  # one launch: its own timings, no note
+    partial = [Target(2, [0.0], sync_wait_s=0.002), Target(2, [0.0]),
+               Target(2, [0.0], sync_wait_s=0.004)]
+    assert pooled(partial).sync_wait_s == pytest.approx(0.003)
+    assert pooled(partial).compute_slowdown is None

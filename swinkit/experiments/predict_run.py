@@ -13,6 +13,7 @@ Nothing measured at N' by the DDP run is used by the prediction.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 
@@ -42,6 +43,29 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   contention=_median_rates(ranks),
                   compute_slowdown=ranks[0].get("compute_slowdown"))
+
+
+def pooled(history: list[Target]) -> Target:
+    """The latest timings at N' with the readings of the host's sharing (the stand-in's
+    compute slowdown and the lockstep wait) averaged over every launch's so far. Each reading
+    scatters from one moment to the next by as much as the effect it reads (the stand-in by
+    a few per cent around x1.03 on a 2-core host), and the run it predicts comes at yet
+    another moment: the mean of several moments guesses it better than the latest alone.
+    The network timings stay the latest's."""
+    latest = history[-1]
+    if len(history) == 1:
+        return latest
+
+    def mean(name):
+        values = [getattr(t, name) for t in history if getattr(t, name) is not None]
+        return statistics.fmean(values) if values else None
+
+    readings = ", ".join(f"x{t.compute_slowdown:.2f}" for t in history
+                         if t.compute_slowdown is not None)
+    note = (f"the host's sharing at N' (stand-in slowdown, lockstep wait): the mean of the "
+            f"{len(history)} launches' timings at N' so far ({readings or 'no stand-in'})")
+    return dataclasses.replace(latest, compute_slowdown=mean("compute_slowdown"),
+                               sync_wait_s=mean("sync_wait_s"), notes=latest.notes + [note])
 
 
 def _median_rates(ranks: list[dict]) -> dict:
@@ -133,6 +157,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     just before the run at N': on a shared host the speed drifts over minutes, and a basis
     measured closer in time carries less of that drift into the score. They need the buckets'
     sizes, which one short run at the largest "from" size gives before the first launch.
+    The readings of the host's sharing at N' are averaged over the launches so far
+    (:func:`pooled`): still all made before the run they predict.
     Returns ``{"launches": [...], "summary": {size: ...}}``."""
     sources = sorted(set(predict_from_sizes))
     targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
@@ -144,9 +170,11 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
              f"N' need")
     probe_basis = basis_of(run_ddp(_paired(preset, sources[-1], 2, 1, injection,
                                            images[sources[-1]]), progress=progress))
-    launches = []
+    launches, history = [], {ws: [] for ws in targets}
     for k in range(repeats):
-        timed = {ws: measure_target(preset, ws, probe_basis, progress) for ws in targets}
+        for ws in targets:
+            history[ws].append(measure_target(preset, ws, probe_basis, progress))
+        timed = {ws: pooled(history[ws]) for ws in targets}
         runs = {}
         for ws in sources:
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
@@ -156,7 +184,9 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
         row = {"launch": k + 1, "measured_from": {ws: r["iter_s"] for ws, r in runs.items()},
                "t1_s": t1, "basis": basis, "targets": {},
                # the host's 1-minute load at the launch (others' processes share the cores)
-               "load_average": os.getloadavg()[0]}
+               "load_average": os.getloadavg()[0],
+               # this launch's own timings at N', before pooling (the prediction's are pooled)
+               "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in targets}}
         for ws in targets:
             pred = predict_one(basis, t1, timed[ws], injection.for_world_size(ws))
             if score:  # written before the run: nothing of the run reaches the prediction

@@ -19,6 +19,9 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     from swinkit.components.loader_throughput import loader_rank
     from swinkit.rank.collective_timing import time_collectives
 
+    # the stand-in's reading moves by several per cent from one moment to the next (the host's
+    # other tenants): one reading before the other timings and one after, averaged
+    slowdowns = [stand_in_slowdown(rank.rank, rank.world_size)]
     supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
     device = torch.device("cpu")
     dist.barrier()  # the loaders' workers are gone before the collectives are timed
@@ -34,9 +37,11 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
         alone = time_collectives([], None, device, "broadcast_coalesced", cold=True,
                                  tensors=tensors, group=alone_group)[0]
         broadcast = max(world - alone, 0.0)  # what N ranks add over one, as the components
+    sync_wait = lockstep_wait(rank.world_size)
+    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
     return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
-            "broadcast_s": broadcast, "sync_wait_s": lockstep_wait(rank.world_size),
-            "compute_slowdown": stand_in_slowdown(rank.rank, rank.world_size),
+            "broadcast_s": broadcast, "sync_wait_s": sync_wait,
+            "compute_slowdown": statistics.fmean(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
 
@@ -121,7 +126,7 @@ def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
     return float(mine) / world_size
 
 
-def lockstep_wait(world_size: int, reps: int = 20, work: int = 12) -> float:
+def lockstep_wait(world_size: int, reps: int = 60, work: int = 12) -> float:
     """Seconds a rank waits at a sync point for the slowest of the N' ranks when each has the
     same fixed work before it (matmuls, one thread): the host's time-sharing made visible
     (other processes' load desynchronises ranks that no per-rank sample at a smaller N shows).
