@@ -158,6 +158,21 @@ def test_overcommitted_ranks_take_the_timed_wait_not_independent_draws():
     assert timed["predicted_iter_s"] == pytest.approx(2.0 + 0.02)
 
 
+def test_loader_workers_overcommitting_the_cores_a_little_leave_the_ranks_independent():
+    """2 one-thread ranks on 2 cores, each with a loader worker busy 10 % of the time (0.1 s
+    of loading per 1.0 s step): the cores are overcommitted x1.1, but each rank keeps its core,
+    so the samples' spread stands where it is the larger: (quantile 0.70711 at position
+    2.82843 of 0.8..1.2 s: 1.08284 - 1.0) x 1.1 = 0.09113 s, not the wait timed at 2 (0.01 s
+    at each of 2 buckets, 0.02 s), which would stand alone for ranks time-sliced on the
+    cores."""
+    costs = one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2))
+    host = Host(cores=2, loader_workers=1, images_per_rank=1)
+    pred = predict_at(costs, Target(2, [0.0, 0.0], supply_images_per_s=10.0, sync_wait_s=0.01),
+                      host)
+    assert pred["core_slowdown"] == pytest.approx(1.1)
+    assert pred["jitter_s"] == pytest.approx(0.082843 * 1.1, abs=1e-5)
+
+
 def test_contention_timed_at_target_slows_the_overlap_when_one_rank_was_run():
     """The network example with backward at half speed while an all-reduce is in flight:
     bucket 0 (0.65-0.85 s) leaves backward 0.1 s of work done in it (0.35 of 0.5 s at 0.85),

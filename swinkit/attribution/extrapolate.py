@@ -218,10 +218,13 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
     # what equal work waited for the slowest rank at N'; the larger of the two estimates.
     # Ranks time-sliced on too few cores are not independent draws (one fair scheduler
-    # evens them out): there the timed wait alone stands.
+    # evens them out): there the timed wait alone stands. Time-sliced means the ranks' own
+    # threads outnumber the cores; loader workers busy a few per cent of the time (an
+    # overcommit of x1.01) leave each rank its core, and its draws independent.
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
-    shared = over > 1 and target.sync_wait_s is not None
+    sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores
+    shared = sliced and target.sync_wait_s is not None
     jitter = desync if shared else max(jitter, desync)
     predicted = base["predicted_iter_s"] + jitter
     parts = dict(base["components_s"])
@@ -255,8 +258,8 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
         "per-iteration samples; the slowest-of-N' wait is the median of their maximum "
         "(order statistics of the empirical distribution), or, if larger, the wait per sync "
         "point timed at N' with equal work on every rank (sync_wait_s) times the sync points "
-        "(buckets + buffer broadcast); where the ranks overcommit the cores the timed "
-        "wait alone",
+        "(buckets + buffer broadcast); where the ranks' own threads outnumber the cores "
+        "(time-sliced, not independent) the timed wait alone",
         f"communication: bucket all-reduces and buffer broadcast {target.source}",
         ("contention between backward and all-reduce: the rates measured at world size "
          f"{n0}") if n0 > 1 else (
