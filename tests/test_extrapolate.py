@@ -173,6 +173,16 @@ def test_loader_workers_overcommitting_the_cores_a_little_leave_the_ranks_indepe
     assert pred["jitter_s"] == pytest.approx(0.082843 * 1.1, abs=1e-5)
 
 
+def test_ranks_of_two_threads_on_too_few_cores_are_time_sliced():
+    """2 ranks of 2 threads each on 2 cores: x2 overcommitted by the ranks' own threads, so
+    the wait timed at 2 (0.01 s at each of 2 buckets) stands alone, where the samples'
+    spread (0.082843 s x 2 for the shared cores) would be the larger."""
+    costs = one_rank_costs(work=(0.8, 0.9, 1.0, 1.1, 1.2))
+    pred = predict_at(costs, Target(2, [0.0, 0.0], sync_wait_s=0.01),
+                      Host(cores=2, threads_per_rank=2))
+    assert pred["jitter_s"] == pytest.approx(0.02)
+
+
 def test_contention_timed_at_target_slows_the_overlap_when_one_rank_was_run():
     """The network example with backward at half speed while an all-reduce is in flight:
     bucket 0 (0.65-0.85 s) leaves backward 0.1 s of work done in it (0.35 of 0.5 s at 0.85),
@@ -348,7 +358,7 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     assert got.compute_slowdown == pytest.approx(1.05)
     assert got.sync_wait_s == pytest.approx(0.003)
     assert got.bucket_comm_s == [0.030]
-    assert "x1.01, x1.01, x1.13" in got.notes[-1]
+    assert "x1.010, x1.010, x1.130" in got.notes[-1]
     assert pooled(history[:1]) is history[0]  # one launch: its own timings, no note
     partial = [Target(2, [0.0], sync_wait_s=0.002), Target(2, [0.0]),
                Target(2, [0.0], sync_wait_s=0.004)]

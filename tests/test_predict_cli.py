@@ -91,6 +91,19 @@ def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
     assert out.returncode == 2 and "bucket_bytes" in out.stderr
 
 
+def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_reading():
+    """Launch 2 predicted with x1.1, the mean of its own x1.2 and launch 1's x1.0; a result
+    kept without the launches' own timings (a stored one from before) prints no such line."""
+    from swinkit.report.prediction_text import sharing_lines
+
+    launches = [{"targets": {2: {"compute_slowdown": 1.0}}, "timed": {2: {"compute_slowdown": 1.0}}},
+                {"targets": {2: {"compute_slowdown": 1.1}}, "timed": {2: {"compute_slowdown": 1.2}}}]
+    (line,) = sharing_lines(launches)
+    assert "N=2, per launch: x1.000, x1.100 (the stand-in's own reading: x1.000, x1.200" in line
+    assert sharing_lines([{k: v for k, v in row.items() if k != "timed"} for row in launches]) == []
+    assert sharing_lines(launches[:1]) == []
+
+
 @pytest.mark.slow
 def test_nodes_predicted_over_a_link_timed_across_two_simulated_nodes(tmp_path):
     """Two elastic agents on localhost stand for two hosts: the stored run's buckets (1 MB,

@@ -23,6 +23,9 @@ on N', and what does is either measured cheaply at N' without the model or model
   draws less the median of one, from the empirical distribution's order statistics: the
   maximum of N' draws is below x with probability F(x)^N', so its median is the
   0.5^(1/N') quantile (:func:`median_max`; :func:`expected_max` gives the mean, reported).
+  The wait timed at N' with equal work on every rank (``sync_wait_s``, per sync point)
+  replaces it where larger, and stands alone where the ranks' threads outnumber the cores
+  (time-sliced ranks are not independent draws).
 
 Everything this returns is a prediction and carries its assumptions (``assumptions``).
 Numbers only: no torch, no processes.
@@ -220,7 +223,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # Ranks time-sliced on too few cores are not independent draws (one fair scheduler
     # evens them out): there the timed wait alone stands. Time-sliced means the ranks' own
     # threads outnumber the cores; loader workers busy a few per cent of the time (an
-    # overcommit of x1.01) leave each rank its core, and its draws independent.
+    # overcommit of x1.01) leave each rank its core, and its draws independent. (Workers busy
+    # most of the step time-slice the ranks too; they are not counted here: a known limit.)
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
     sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores

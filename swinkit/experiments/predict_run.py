@@ -38,11 +38,15 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
                    dict(preset=preset, workers=basis["host"]["loader_workers"],
                         elements=probe["elements"], dtype=probe["dtype"],
                         buffer_shapes=probe["buffer_shapes"]), lc, quiet=True).result["ranks"]
+    readings = ranks[0].get("compute_slowdowns") or []
+    notes = ([f"the stand-in's compute slowdown read {len(readings)} times over the timing "
+              f"launch at N': " + ", ".join(f"x{x:.3f}" for x in readings) + "; the median taken"]
+             if len(readings) > 1 else [])
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   contention=_median_rates(ranks),
-                  compute_slowdown=ranks[0].get("compute_slowdown"))
+                  compute_slowdown=ranks[0].get("compute_slowdown"), notes=notes)
 
 
 def pooled(history: list[Target]) -> Target:
@@ -56,14 +60,16 @@ def pooled(history: list[Target]) -> Target:
     if len(history) == 1:
         return latest
 
-    def mean(name):
-        values = [getattr(t, name) for t in history if getattr(t, name) is not None]
-        return statistics.fmean(values) if values else None
+    def timed(name):
+        return [getattr(t, name) for t in history if getattr(t, name) is not None]
 
-    readings = ", ".join(f"x{t.compute_slowdown:.2f}" for t in history
-                         if t.compute_slowdown is not None)
-    note = (f"the host's sharing at N' (stand-in slowdown, lockstep wait): the mean of the "
-            f"{len(history)} launches' timings at N' so far ({readings or 'no stand-in'})")
+    def mean(name):
+        return statistics.fmean(timed(name)) if timed(name) else None
+
+    slowdowns = ", ".join(f"x{x:.3f}" for x in timed("compute_slowdown"))
+    note = (f"the host's sharing at N', averaged over the launches so far: the stand-in's "
+            f"slowdown over {len(timed('compute_slowdown'))} ({slowdowns or 'none timed'}), "
+            f"the lockstep wait over {len(timed('sync_wait_s'))}")
     return dataclasses.replace(latest, compute_slowdown=mean("compute_slowdown"),
                                sync_wait_s=mean("sync_wait_s"), notes=latest.notes + [note])
 

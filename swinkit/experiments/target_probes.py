@@ -11,8 +11,10 @@ import statistics
 
 def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtype: str,
                 buffer_shapes: list, batches: int = 10) -> dict:
-    """Rank entry: the loader's supply with every rank's loader at once, then the buckets'
-    all-reduces and the buffer broadcast over these ranks (no model is built)."""
+    """Rank entry: the loader's supply with every rank's loader at once, the buckets'
+    all-reduces and the buffer broadcast over these ranks, the lockstep wait and the
+    contention rates, with the stand-in's compute slowdown read four times in between (no
+    model is built)."""
     import torch
     import torch.distributed as dist
 
@@ -23,9 +25,9 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     # other tenants), now and then by 10 %: four readings spread over the launch, their median
     slowdowns = [stand_in_slowdown(rank.rank, rank.world_size)]
     supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
-    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
     device = torch.device("cpu")
-    dist.barrier()  # the loaders' workers are gone before the collectives are timed
+    dist.barrier()  # the loaders' workers are gone before anything else is timed
+    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
     same_host = True  # one host: the launch here is single-node
     comm = time_collectives(elements, getattr(torch, dtype), device, "all_reduce", cold=True,
                             same_host=same_host)

@@ -64,9 +64,28 @@ def held_out_lines(result: dict) -> list[str]:
             parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p["paired_components_s"].items())
             out.append(f"  measured in the run at N={ws} afterwards (paired components, ms): "
                        f"{parts}")
+    out += sharing_lines(result["launches"])
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
+    return out
+
+
+def sharing_lines(launches: list[dict]) -> list[str]:
+    """Per target size, each launch's compute slowdown by the shared host as predicted with
+    (the stand-in averaged over the launches so far) beside the stand-in's own reading in
+    that launch: how much the averaging moved it."""
+    out = []
+    sizes = launches[0]["targets"] if len(launches) > 1 else {}
+    for ws in sizes:
+        used = [row["targets"][ws].get("compute_slowdown") for row in launches]
+        own = [(row.get("timed") or {}).get(ws, {}).get("compute_slowdown") for row in launches]
+        if None in used or None in own:
+            continue
+        out.append(f"compute slowed by the shared host at N={ws}, per launch: "
+                   + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading: "
+                   + ", ".join(f"x{x:.3f}" for x in own) + "; averaged over the launches so "
+                   "far, then the larger of it and the cores' overcommit)")
     return out
 
 
