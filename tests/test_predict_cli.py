@@ -93,7 +93,8 @@ def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
 
 def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_reading():
     """Launch 2 predicted with x1.1, the mean of its own x1.2 and launch 1's x1.0; a result
-    kept without the launches' own timings (a stored one from before) prints no such line."""
+    kept without the launches' own timings (a stored one from before), or predicted from more
+    than one rank, prints no such line."""
     from swinkit.report.prediction_text import sharing_lines
 
     launches = [{"targets": {2: {"compute_slowdown": 1.0}}, "timed": {2: {"compute_slowdown": 1.0}}},
@@ -102,6 +103,9 @@ def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_readin
     assert "N=2, per launch: x1.000, x1.100 (the stand-in's own reading: x1.000, x1.200" in line
     assert sharing_lines([{k: v for k, v in row.items() if k != "timed"} for row in launches]) == []
     assert sharing_lines(launches[:1]) == []
+    for row in launches:  # predicted from 2 ranks: the stand-in was not used
+        row["targets"][2]["from_world_size"] = 2
+    assert sharing_lines(launches) == []
 
 
 @pytest.mark.slow

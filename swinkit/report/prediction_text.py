@@ -74,10 +74,13 @@ def held_out_lines(result: dict) -> list[str]:
 def sharing_lines(launches: list[dict]) -> list[str]:
     """Per target size, each launch's compute slowdown by the shared host as predicted with
     (the stand-in averaged over the launches so far) beside the stand-in's own reading in
-    that launch: how much the averaging moved it."""
+    that launch: how much the averaging moved it. Only from a basis at 1: from more ranks the
+    stand-in is not used (the basis's own compute already shares the host)."""
     out = []
     sizes = launches[0]["targets"] if len(launches) > 1 else {}
     for ws in sizes:
+        if sizes[ws].get("from_world_size", 1) != 1:
+            continue
         used = [row["targets"][ws].get("compute_slowdown") for row in launches]
         own = [(row.get("timed") or {}).get(ws, {}).get("compute_slowdown") for row in launches]
         if None in used or None in own:
