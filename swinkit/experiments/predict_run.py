@@ -180,7 +180,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     for k in range(repeats):
         for ws in targets:
             history[ws].append(measure_target(preset, ws, probe_basis, progress))
-        timed = {ws: pooled(history[ws]) for ws in targets}
+        averaged = {ws: pooled(history[ws]) for ws in targets}
         runs = {}
         for ws in sources:
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
@@ -194,7 +194,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                # this launch's own timings at N', before pooling (the prediction's are pooled)
                "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in targets}}
         for ws in targets:
-            pred = predict_one(basis, t1, timed[ws], injection.for_world_size(ws))
+            pred = predict_one(basis, t1, averaged[ws], injection.for_world_size(ws))
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 spec = _paired(preset, ws, iters, warmup, injection, images[ws])
