@@ -171,21 +171,35 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
 
 @pytest.mark.slow
 def test_comm_scale_adds_what_the_isolated_allreduce_says(data_root, no_orphans):
-    """comm_scale=K moves K times each bucket's bytes: the added exposed transfer is the
+    """comm_scale=K moves K times each bucket's bytes: the added exposed transfer is about the
     isolated all-reduce of (K-1) x the buckets at 2 ranks (measured here, in the same test),
-    less what backward hides; it can only be smaller than the isolated figure, and most of it
-    must show (the test preset's backward hides little)."""
-    hit = _run(data_root, 2, Injection(comm_scale=COMM_SCALE, every=2), iters=10)
-    elems = [b // 4 for b in hit["bucket_sizes_bytes"]]
-    extra = [int(e * (COMM_SCALE - 1)) for e in elems]
-    iso = launch("swinkit.components.allreduce:allreduce_rank",
-                 dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
-                      sizes={"preset_buckets": extra, "segmentor_flat": [sum(extra)]}),
-                 LaunchConfig(world_size=2, wall_timeout_s=300), quiet=True).result["ranks"][0]
+    less what backward hides (little on the test preset), plus the copies into the K-times
+    buffer that share the two cores with backward. Measured on an idle host: 0.90-1.15 x the
+    isolated figure (6 runs, K = 60 and 120).
+
+    The upper bound is held only when no other process competes for the cores, as in the
+    ground-truth test above: a foreign load slows the DDP run's four busy threads (two ranks
+    computing, their gloo copies) more than the bare all-reduce, and one such run measured
+    growth of 0.275 s against 0.155 s isolated. The lower bound holds on any host: an
+    injection that did not scale the bytes would add almost nothing."""
+    with ForeignLoad() as load:
+        hit = _run(data_root, 2, Injection(comm_scale=COMM_SCALE, every=2), iters=10)
+        elems = [b // 4 for b in hit["bucket_sizes_bytes"]]
+        extra = [int(e * (COMM_SCALE - 1)) for e in elems]
+        iso = launch("swinkit.components.allreduce:allreduce_rank",
+                     dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
+                          sizes={"preset_buckets": extra, "segmentor_flat": [sum(extra)]}),
+                     LaunchConfig(world_size=2, wall_timeout_s=300), quiet=True).result["ranks"][0]
     import statistics
     isolated = statistics.median(iso["times"]["preset_buckets/fp32"])
     growth = hit["injection_effect"]["growth_s"]["exposed_comm"]
-    assert 0.5 * isolated <= growth <= 1.3 * isolated, (growth, isolated)
+    seen = (growth, isolated, f"foreign cores {load.cores:.2f}")
+    assert growth >= 0.5 * isolated, seen
+    if load.cores <= 0.05:   # NaN (unreadable) counts as busy
+        assert growth <= 1.3 * isolated, seen
+    elif growth > 1.3 * isolated:
+        warnings.warn(f"comm_scale: another process competes for the cores; growth {growth:.3f} s "
+                      f"against {isolated:.3f} s isolated is not bounded above")
 
 
 def test_one_rank_injection_applies_only_where_the_rank_exists():
