@@ -80,6 +80,16 @@ def test_predict_needs_a_source():
     assert "--predict needs --run" in out.stderr
 
 
+def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_path):
+    """A missing data root is refused before the first progress line (which says a run is
+    starting) and so before any rank is launched."""
+    missing = tmp_path / "no-such" / "ADEChallengeData2016"
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--data-root", str(missing))
+    assert out.returncode == 2 and f"data root {missing} does not exist" in out.stderr
+    assert "[world size" not in out.stdout + out.stderr
+
+
 def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
     """Refused before any process starts: nothing to predict, or no buckets to time."""
     path = tmp_path / "stored.json"

@@ -20,6 +20,7 @@ import statistics
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
 from swinkit.attribution.links import Link, fit_link_or_bandwidth, ring_target
 from swinkit.attribution.oracle import accuracy
+from swinkit.data.loader import ensure_data
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
 from swinkit.runs.component_costs import basis_of, predict_from
@@ -172,6 +173,12 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
         raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
     injection = injection or Injection()
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
+    specs = {ws: _paired(preset, ws, iters, warmup, injection, images[ws])
+             for ws in sources + targets}
+    # every run's input refused (and the synthetic set written) before anything is launched
+    # or announced: a bad --data-root or --inject fails in a second, not after minutes
+    cfg = [spec.validate()[0] for spec in specs.values()][0]
+    ensure_data(cfg, progress=progress)
     progress(f"[world size {sources[-1]}] a short run for the buckets' sizes the timings at "
              f"N' need")
     probe_basis = basis_of(run_ddp(_paired(preset, sources[-1], 2, 1, injection,
@@ -184,8 +191,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
         runs = {}
         for ws in sources:
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
-            runs[ws] = run_ddp(_paired(preset, ws, iters, warmup, injection, images[ws]),
-                               progress=progress)
+            runs[ws] = run_ddp(specs[ws], progress=progress)
         basis, t1 = basis_of(runs[sources[-1]]), runs[sources[0]]["iter_s"]
         row = {"launch": k + 1, "measured_from": {ws: r["iter_s"] for ws, r in runs.items()},
                "t1_s": t1, "basis": basis, "targets": {},
@@ -197,9 +203,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
             pred = predict_one(basis, t1, averaged[ws], injection.for_world_size(ws))
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
-                spec = _paired(preset, ws, iters, warmup, injection, images[ws])
-                run = run_ddp(spec, progress=progress)
-                score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
+                run = run_ddp(specs[ws], progress=progress)
+                score_against(pred, run["iter_s"], predict_from(run["local_run"], specs[ws]))
             row["targets"][ws] = pred
         launches.append(row)
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
