@@ -10,7 +10,8 @@ Rows covered here (each on 2 gloo ranks, each followed by an orphan check):
   7 invalid config     test_bad_launch_config_names_the_field, test_validation_holds_under_python_O
  12 interrupted run    test_ctrl_c_stops_every_rank_and_keeps_old_results (+ test_atomic.py),
                       test_sigterm_stops_every_rank (timeout(1), a scheduler),
-                      test_sigterm_reaches_launches_inside_a_tool_in_its_own_session (asv)
+                      test_sigterm_reaches_launches_inside_a_tool_in_its_own_session (asv),
+                      test_a_supervisor_killed_outright_leaves_no_ranks_behind (SIGKILL)
  15 leftovers          test_atomic.py (stale lock taken over, live lock respected)
 """
 import json
@@ -190,8 +191,8 @@ _LAUNCH_FOREVER = (
     "       LaunchConfig(world_size=2, wall_timeout_s=600), quiet=True)\n")
 
 
-def _sigterm_once_iterating(cmd) -> subprocess.Popen:
-    """Start ``cmd``, wait until a launch under it has heartbeats, send SIGTERM, wait."""
+def _sigterm_once_iterating(cmd, sig=signal.SIGTERM) -> subprocess.Popen:
+    """Start ``cmd``, wait until a launch under it has heartbeats, send ``sig``, wait."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     try:
@@ -201,7 +202,7 @@ def _sigterm_once_iterating(cmd) -> subprocess.Popen:
             time.sleep(0.2)
         else:
             pytest.fail("ranks never started")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -216,6 +217,15 @@ def test_sigterm_stops_every_rank(no_orphans):
     exit code is 128 + SIGTERM."""
     proc = _sigterm_once_iterating([sys.executable, "-c", _LAUNCH_FOREVER])
     assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
+
+
+@pytest.mark.slow
+def test_a_supervisor_killed_outright_leaves_no_ranks_behind(no_orphans):
+    """SIGKILL runs none of the supervisor's cleanup, and its agent lives in a session of its
+    own: the agent sees its parent gone and stops its ranks (no_orphans: all gone within 10 s,
+    where the ranks would otherwise loop for about 80 minutes)."""
+    proc = _sigterm_once_iterating([sys.executable, "-c", _LAUNCH_FOREVER], signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.slow

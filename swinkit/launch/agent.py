@@ -7,8 +7,11 @@ supervisor can tell a killed rank (no error record) from a raising one.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -43,8 +46,30 @@ def elastic_config(job: dict) -> LaunchConfig:
         max_restarts=0, monitor_interval=0.1, start_method="spawn")
 
 
+def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
+    """Stop this agent and its ranks when the supervisor that started it is gone.
+
+    The supervisor is the agent's parent and its only watchdog. Killed outright (SIGKILL: a
+    test runner's or a scheduler's timeout, the OOM killer), it runs no cleanup, and the agent,
+    in a session of its own, would be adopted by init with its ranks running on unwatched, for
+    ever if one hangs. torch's elastic agent has no parent-death option, and Linux's
+    PR_SET_PDEATHSIG fires when the parent *thread* ends, so a daemon thread polls for the
+    change of parent and sends this process SIGTERM, which the elastic agent turns into
+    stopping its workers."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+    thread = threading.Thread(target=watch, name="swinkit-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
+    stop_when_orphaned()
     job = json.loads((run_dir / "job.json").read_text())
     node_rank = job["launch"]["node_rank"]
     config = elastic_config(job)
