@@ -177,12 +177,12 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
              for ws in sources + targets}
     # every run's input refused (and the synthetic set written) before anything is launched
     # or announced: a bad --data-root or --inject fails in a second, not after minutes
-    cfg = [spec.validate()[0] for spec in specs.values()][0]
-    ensure_data(cfg, progress=progress)
+    configs = [spec.validate()[0] for spec in specs.values()]
+    ensure_data(configs[0], progress=progress)  # one data root for every size
     progress(f"[world size {sources[-1]}] a short run for the buckets' sizes the timings at "
              f"N' need")
-    probe_basis = basis_of(run_ddp(_paired(preset, sources[-1], 2, 1, injection,
-                                           images[sources[-1]]), progress=progress))
+    probe_basis = basis_of(run_ddp(dataclasses.replace(specs[sources[-1]], iters=2, warmup=1),
+                                   progress=progress))
     launches, history = [], {ws: [] for ws in targets}
     for k in range(repeats):
         for ws in targets:
