@@ -12,6 +12,7 @@ formulas = module("swinkit.attribution.scaling")  # torch-free arithmetic (param
 ddp_sweep = lazy("swinkit.runs.ddp_sweep:ddp_sweep")
 _strong_scaling = lazy("swinkit.runs.ddp_sweep:with_strong_scaling")
 _held_out = lazy("swinkit.experiments.predict_run:held_out_from_sweep")
+_store_held_out = lazy("swinkit.run_suite:store_held_out")
 # the default asv run holds to 12 minutes on 2 CPU cores: the strong-scaling runs (world size
 # 1 with N times the images, about 50 s there) only with SWINKIT_DDP=all
 EVERYTHING = os.environ.get("SWINKIT_DDP") == "all"
@@ -21,7 +22,8 @@ def with_strong_scaling(weak, preset, world_sizes, **kwargs):
     """What setup_cache adds to the weak runs (here, not in it: asv versions a benchmark by
     its setup_cache's source): the strong-scaling runs where asked, and bench_predict's
     held-out prediction of world size 2 from this sweep's run at 1 (timings at 2 made without
-    the model; the run at 2 only scores it)."""
+    the model; the run at 2 only scores it), kept whole beside asv's results for
+    ``tools/attribute.py --predict N``."""
     if EVERYTHING:
         sweep = _strong_scaling(weak, preset, world_sizes, **kwargs)
     else:
@@ -41,13 +43,18 @@ def with_strong_scaling(weak, preset, world_sizes, **kwargs):
         sweep.skipped["held_out"] = "this commit's swinkit predicts no held-out world size"
     else:
         sweep.run("held_out", lambda: _held_out(sweep, preset, source=1, target=2), print)
+        if "held_out" in sweep.results and _exists(_store_held_out, "report"):
+            try:  # a side record: failing to keep it costs no measurement
+                _store_held_out(sweep.results["held_out"])
+            except (OSError, ValueError, StopIteration) as exc:
+                print(f"  held_out: not kept for tools/attribute.py --predict: {exc!r}")
     return sweep
 
 
-def _exists(function) -> bool:
+def _exists(function, keyword: str = "preset") -> bool:
     """Whether a :func:`lazy` stand-in's function is in this commit's swinkit."""
     try:
-        return accepts(function, "preset")
+        return accepts(function, keyword)
     except (AttributeError, ImportError):
         return False
 

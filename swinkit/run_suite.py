@@ -5,23 +5,29 @@ asv's fast path benchmarks the working tree in the existing environment
 path (``asv run A..B``) builds each commit in its own environment (see asv.conf.json). Next to
 asv's results this writes what asv's machine info lacks (library versions, GPUs, topology,
 thread policy) as ``.asv/swinkit-environment/<machine>/<commit>.json`` (outside asv's results
-folder, which asv expects to hold only its own files).
+folder, which asv expects to hold only its own files); bench_predict's held-out report goes
+beside it (``store_held_out``).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from swinkit.attribution.asv_names import environment_path
+from swinkit.attribution.asv_names import environment_path, held_out_path
 from swinkit.result_files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds asv's processes get after SIGTERM before SIGKILL: enough for a benchmark's launch to
 # stop its ranks (swinkit.launch.supervisor waits up to twice its own 5 s grace).
 ASV_STOP_GRACE_S = 15.0
+# The commit asv files this run's results under and asv's results folder, for the benchmarks'
+# side records: asv sets ASV_COMMIT only where it installs a commit (not in `asv run
+# --python=same --set-commit-hash`), and ASV_CONF_DIR is its working folder, not --config's.
+COMMIT_ENV, RESULTS_ENV = "SWINKIT_ASV_COMMIT", "SWINKIT_ASV_RESULTS"
 
 
 def read_conf(path: Path = ROOT / "asv.conf.json") -> dict:
@@ -77,6 +83,9 @@ def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]
     if not (Path.home() / ".asv-machine.json").exists():
         _asv("machine", "--yes")
     commit = head_commit()
+    conf = read_conf()
+    os.environ[COMMIT_ENV] = commit  # asv's benchmark processes inherit these
+    os.environ[RESULTS_ENV] = str(ROOT / conf["results_dir"])
     args = ["run", "--python=same", "--set-commit-hash", commit, "--record-samples",
             "--show-stderr"]
     if quick:
@@ -86,10 +95,31 @@ def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]
     run_code = _asv(*args, check=False)
     if run_code not in (0, 2):  # 2: some benchmark failed, and the others' results are stored
         raise RuntimeError(f"asv run failed with exit code {run_code}")
-    conf = read_conf()
-    machine = json.loads((Path.home() / ".asv-machine.json").read_text())
-    name = next(k for k in machine if k != "version")
-    write_json_atomic(environment_path(ROOT / conf["results_dir"], name, commit),
+    write_json_atomic(environment_path(ROOT / conf["results_dir"], asv_machine(), commit),
                       environment_record())
     _asv("publish")
     return ROOT / conf["html_dir"], run_code
+
+
+def asv_machine() -> str:
+    """The machine asv files results under here: the one `asv machine --yes` recorded."""
+    machines = json.loads((Path.home() / ".asv-machine.json").read_text())
+    return next(k for k in machines if k != "version")
+
+
+def store_held_out(report: dict) -> Path | None:
+    """Keep bench_predict's held-out report beside asv's results for this run's commit, so
+    ``tools/attribute.py --predict N`` can predict from its basis and timings later without a
+    run (asv stores only the numbers a track_* returns). Called in asv's benchmark process;
+    None, with nothing written, where the commit or the results folder is not known (a plain
+    `asv run --python=same`)."""
+    commit = os.environ.get(COMMIT_ENV) or os.environ.get("ASV_COMMIT")
+    results = os.environ.get(RESULTS_ENV)
+    conf = Path(os.environ.get("ASV_CONF_DIR", "/nonexistent")) / "asv.conf.json"
+    if not results and conf.exists():  # asv's own run in the project's folder (asv run A..B)
+        results = conf.parent / read_conf(conf)["results_dir"]
+    if not (commit and results) or not (Path.home() / ".asv-machine.json").exists():
+        return None
+    path = held_out_path(Path(results), asv_machine(), commit)
+    write_json_atomic(path, {**report, "commit": commit})
+    return path

@@ -175,7 +175,8 @@ def no_orphans():
 def asv_scratch(tmp_path, data_root):
     """Run asv on this checkout with results, HTML and machine file in a scratch folder.
 
-    Returns ``run(asv_args, **env) -> CompletedProcess``; ``run.results`` is the results folder.
+    Returns ``run(asv_args, **env) -> CompletedProcess``; ``run.results`` is the results folder,
+    ``run.commit`` the commit asv files them under.
     The test preset and the session's small synthetic data are used; HOME points at the scratch
     folder so the user's ~/.asv-machine.json is left alone.
     """
@@ -196,7 +197,8 @@ def asv_scratch(tmp_path, data_root):
                 benchmark_dir=str(Path(ROOT) / "benchmarks"))
     (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
     base_env = dict(os.environ, HOME=str(tmp_path), SWINKIT_PRESET="test",
-                    SWINKIT_DATA_ROOT=str(data_root))
+                    SWINKIT_DATA_ROOT=str(data_root), SWINKIT_ASV_COMMIT=commit,  # as run_suite
+                    SWINKIT_ASV_RESULTS=str(tmp_path / "results"))
     asv = [sys.executable, "-m", "asv", "--config", str(tmp_path / "asv.conf.json")]
     subprocess.run(asv + ["machine", "--yes"], env=base_env, check=True, capture_output=True,
                    timeout=60)
@@ -209,6 +211,7 @@ def asv_scratch(tmp_path, data_root):
 
     run.results = tmp_path / "results"
     run.html = tmp_path / "html"
+    run.commit = commit
     return run
 
 

@@ -3,6 +3,8 @@ import importlib
 import inspect
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -330,6 +332,14 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     pub = asv_scratch(["publish"], timeout=300)
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert (asv_scratch.html / "index.html").exists()
+    # bench_predict's held-out report, kept beside the results: world size 4 predicted from it
+    kept = list((asv_scratch.results.parent / "swinkit-held-out").glob("*/*.json"))
+    assert [p.stem for p in kept] == [asv_scratch.commit[:8]]
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--results",
+                          str(asv_scratch.results), "--predict", "4"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "predicted" in out.stdout and str(kept[0]) in out.stdout
 
 
 def test_sweep_records_what_the_machine_cannot_run_as_skipped(monkeypatch):

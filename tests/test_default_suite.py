@@ -2,6 +2,7 @@
 is skipped with the reason and the variable that brings it back, the efficiency's reference is
 stated, and the loader's settings share one launch without mixing their numbers."""
 import importlib
+import json
 import math
 
 import pytest
@@ -142,10 +143,13 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
                                                      not isinstance(k, tuple))))
         return {"launches": [{"targets": {2: {"accuracy": {"model": {"accuracy_pct": 96.0}}}}}]}
     monkeypatch.setattr(bench_ddp, "_held_out", held_out)
-    monkeypatch.setattr(bench_ddp, "_exists", lambda function: True)
+    monkeypatch.setattr(bench_ddp, "_exists", lambda function, keyword="preset": True)
+    kept = []
+    monkeypatch.setattr(bench_ddp, "_store_held_out", kept.append)
     weak = Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}, skipped={4: "4 ranks"})
     sweep = bench_ddp.with_strong_scaling(weak, "test", [1, 2, 4])
     assert calls == [("test", 1, 2, [2])]
+    assert kept == [sweep.get("held_out")]  # kept whole for tools/attribute.py --predict N
     with pytest.raises(NotImplementedError, match="SWINKIT_DDP=all"):
         bench_ddp.Scaling().track_efficiency(sweep, 2, "strong")
     assert bench_ddp.Scaling().track_efficiency(sweep, 2, "weak") == pytest.approx(1 / 1.1)
@@ -162,7 +166,8 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
 
 
 def test_held_out_gives_the_run_at_2s_own_reason_when_it_is_missing(bench_ddp, monkeypatch):
-    monkeypatch.setattr(bench_ddp, "_exists", lambda function: True)
+    monkeypatch.setattr(bench_ddp, "_exists", lambda function, keyword="preset": True)
+    monkeypatch.setattr(bench_ddp, "_store_held_out", lambda report: pytest.fail("kept"))
     failed = bench_ddp.with_strong_scaling(
         Sweep(results={1: {"iter_s": 1.0}}, failed={2: "rank 1 killed (SIGKILL)"}),
         "test", [1, 2])
@@ -175,6 +180,30 @@ def test_held_out_gives_the_run_at_2s_own_reason_when_it_is_missing(bench_ddp, m
     # a world size the machine cannot hold keeps that reason for strong scaling too
     with pytest.raises(NotImplementedError, match="needs 2 CPU cores"):
         short.get("strong", 2)
+
+
+def test_the_held_out_report_is_kept_under_asvs_machine_and_the_suites_commit(tmp_path,
+                                                                              monkeypatch):
+    """Where run_suite's asv run is (SWINKIT_ASV_*; else asv's own ASV_COMMIT where it
+    installed the commit, and the results folder of the asv.conf.json in asv's working folder)
+    and under the machine `asv machine` recorded; nothing without a commit."""
+    from swinkit import run_suite
+    (tmp_path / "asv.conf.json").write_text('// asv allows comments\n{"results_dir": "res"}')
+    (tmp_path / ".asv-machine.json").write_text('{"box": {"machine": "box"}, "version": 1}')
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ASV_CONF_DIR", str(tmp_path))
+    for name in (run_suite.COMMIT_ENV, run_suite.RESULTS_ENV, "ASV_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
+    assert run_suite.store_held_out({"launches": []}) is None
+    assert not list(tmp_path.rglob("*held-out*"))
+    monkeypatch.setenv("ASV_COMMIT", "f" * 40)  # asv run A..B: its conf's results folder
+    assert run_suite.store_held_out({}) == tmp_path / "swinkit-held-out" / "box" / "ffffffff.json"
+    monkeypatch.setenv(run_suite.COMMIT_ENV, "0123456789" + "e" * 30)
+    monkeypatch.setenv(run_suite.RESULTS_ENV, str(tmp_path / "elsewhere" / "results"))
+    path = run_suite.store_held_out({"launches": [], "preset": "test"})
+    assert path == tmp_path / "elsewhere" / "swinkit-held-out" / "box" / "01234567.json"
+    assert json.loads(path.read_text()) == {"launches": [], "preset": "test",
+                                            "commit": "0123456789" + "e" * 30}
 
 
 def test_one_failed_loader_setting_fails_only_itself():

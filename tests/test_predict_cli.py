@@ -1,6 +1,7 @@
 """tools/attribute.py --predict: the thesis projection, predicting from a stored prediction, bad
 input, and (slow) the held-out run on the test preset."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,10 +75,43 @@ def test_predict_from_stored_fits_the_link_and_adds_nodes(tmp_path):
     assert "perfect scaling" not in out.stderr and "predicted" in out.stdout
 
 
-def test_predict_needs_a_source():
-    out = _attribute("--preset", "cpu", "--predict", "4")
-    assert out.returncode == 2
-    assert "--predict needs --run" in out.stderr
+def test_predict_without_a_run_says_where_it_looked_for_a_kept_report(tmp_path):
+    out = _attribute("--preset", "cpu", "--predict", "4", "--results", str(tmp_path / "results"))
+    assert out.returncode == 3
+    assert f"no held-out prediction kept for any commit in {tmp_path / 'swinkit-held-out'}" in (
+        out.stderr) and "tools/suite.py" in out.stderr
+    out = _attribute("--preset", "cpu", "--predict-from", "1")
+    assert out.returncode == 2 and "--predict-from needs --run" in out.stderr
+
+
+def _keep(results: Path, machine: str, commit: str, link: Link) -> Path:
+    """A held-out report where the suite keeps bench_predict's (asv_names.held_out_path)."""
+    from swinkit.attribution.asv_names import held_out_path
+    path = held_out_path(results, machine, commit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**_stored(link), "commit": commit}))
+    return path
+
+
+def test_predict_from_what_asv_kept_for_the_commit(tmp_path):
+    """Two commits kept, timed by different rings: --commit picks one, and its ring is the one
+    fitted (the 9 MB bucket at 4 ranks as the ring's formula says); without --commit the
+    newest."""
+    results = tmp_path / "results"
+    old = _keep(results, "box", "a" * 40, Link(1.0, 1e-4))
+    new = _keep(results, "box", "b" * 40, Link(2.0, 1e-4))
+    os.utime(old, (1, 1))
+    for args, gbps in ((["--commit", "aaaa"], 1.0), ([], 2.0)):
+        out = _attribute("--results", str(results), "--predict", "4", *args,
+                         "--json", str(tmp_path / "o.json"))
+        assert out.returncode == 0, out.stderr
+        data = json.loads((tmp_path / "o.json").read_text())
+        four = data["launches"][0]["targets"]["4"]
+        assert four["bucket_comm_s"][1] == pytest.approx(2 * 3 / 4 * 0.009 / gbps + 6e-4,
+                                                         rel=1e-6)
+        assert data["source"] == str(old if gbps == 1.0 else new)
+    out = _attribute("--results", str(results), "--predict", "4", "--commit", "cccc")
+    assert out.returncode == 3 and "commit cccc" in out.stderr
 
 
 def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_path):

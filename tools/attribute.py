@@ -18,6 +18,7 @@ Examples:
         --inter-link 12.5,5                                  # from stored: ring model, 2 and 4 nodes
     .venv/bin/python tools/attribute.py --stored p.json --nodes 2,4 --inter-link localhost
                                                              # the link timed across 2 simulated nodes
+    .venv/bin/python tools/attribute.py --predict 4,8 --nodes 2   # from what asv's bench_predict kept
     .venv/bin/python tools/attribute.py --preset thesis --predict 1,2,4,8   # the thesis, projected
 
 Exit codes: 0 report written; 1 a measurement failed (the failing rank is named);
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
-    if args.predict or args.predict_from or args.stored:
+    if args.predict or args.predict_from or args.stored or args.nodes:
         return _predict(args)
     if args.engine:
         return _engines(args)
@@ -237,13 +238,14 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                    help="predict these world sizes without running them: with --run from the "
                         "--world-sizes run now (plus the collectives and loaders timed at each "
                         "N'), with --stored from a saved --predict JSON, on the thesis preset "
-                        "without --run as a projection from stated figures")
+                        "as a projection from stated figures; otherwise from the held-out "
+                        "report asv's bench_predict kept (--results, --commit, --machine)")
     p.add_argument("--predict-from", metavar="N1,N2", type=_comma_ints("--predict-from"),
                    help="with --run: predict each --world-sizes size above these from them "
                         "only, then run it and report the error per launch (held out)")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
-                   help="the ring model's link (with --stored: default fitted to its timings; "
+                   help="the ring model's link (from a stored report: default fitted to its timings; "
                         "with the thesis projection: replaces every system's link)")
     p.add_argument("--inter-link", metavar="GBPS,LATENCY_US|localhost",
                    type=_link("--inter-link", localhost=True),
@@ -251,7 +253,8 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                         "run's buckets across two simulated nodes on this host (two elastic "
                         "agents on localhost) and fits the link to them")
     p.add_argument("--nodes", metavar="K1,K2", type=_comma_ints("--nodes"), default=[],
-                   help="with --stored: predict K nodes of the stored run's size each")
+                   help="from a stored report (--stored, or asv's): predict K nodes of the "
+                        "stored run's size each")
     p.add_argument("--device-iter-s", type=float,
                    help="thesis projection: one device's iteration alone (default: stated)")
 
@@ -277,23 +280,10 @@ def _predict(args) -> int:
     from swinkit.launch import LaunchError
     from swinkit.report.prediction_text import held_out_lines
     from swinkit.result_files import write_json_atomic
+    from swinkit.attribution.inputs import InputError
     try:
         if args.stored:
-            from swinkit.experiments.predict_run import from_stored
-            stored = json.loads(Path(args.stored).read_text())
-            inter, timed_inter = args.inter_link, None
-            if inter == "localhost":
-                if not args.nodes:
-                    raise ValueError("--inter-link localhost: give --nodes K1,K2 to predict")
-                from swinkit.experiments.internode import localhost_inter_link
-                timed_inter = localhost_inter_link(_stored_buckets(stored))
-                inter = timed_inter["link"]
-            report = from_stored(stored, args.predict or [], args.link, args.nodes, inter)
-            if timed_inter:
-                report["inter_link"] = {"source": "timed across 2 simulated nodes on localhost",
-                                        "bandwidth_gbps": inter.bandwidth_gbps,
-                                        "latency_s": inter.latency_s, "fit": timed_inter["fit"],
-                                        "timed_s": timed_inter["timed_s"]}
+            report = _from_stored(args, json.loads(Path(args.stored).read_text()))
             lines = held_out_lines(report)
         elif args.run:
             from swinkit.experiments.predict_run import held_out
@@ -306,9 +296,20 @@ def _predict(args) -> int:
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:
             report, lines = _projection(args)
-        else:
-            raise ValueError("--predict needs --run (measure now), --stored JSON (a saved "
-                             "prediction), or --preset thesis (the projection)")
+        elif args.predict_from or not (args.predict or args.nodes):
+            raise ValueError("--predict-from needs --run (measure, then score); --predict N "
+                             "without --run predicts from what asv's bench_predict kept, "
+                             "--stored JSON from a saved prediction, --preset thesis projects")
+        else:  # from the held-out report asv's bench_predict kept for the commit
+            from swinkit.attribution.inputs import held_out_from_asv
+            kept, path = held_out_from_asv(Path(args.results), args.machine, args.commit)
+            print(f"from the held-out prediction kept by asv's bench_predict: {path}")
+            report = _from_stored(args, kept)
+            report["source"] = str(path)
+            lines = held_out_lines(report)
+    except InputError as exc:
+        print(f"attribute: {exc}", file=sys.stderr)
+        return 3
     except (LaunchError, ValueError, OSError) as exc:
         return _failed(exc)
     print("\n".join(lines))
@@ -316,6 +317,26 @@ def _predict(args) -> int:
         write_json_atomic(args.json, report)
         print(f"JSON report: {args.json}")
     return 0
+
+
+def _from_stored(args, stored: dict) -> dict:
+    """Predictions at --predict sizes and --nodes from a stored held-out report, the
+    inter-node link stated or (localhost) timed across two simulated nodes here."""
+    from swinkit.experiments.predict_run import from_stored
+    inter, timed_inter = args.inter_link, None
+    if inter == "localhost":
+        if not args.nodes:
+            raise ValueError("--inter-link localhost: give --nodes K1,K2 to predict")
+        from swinkit.experiments.internode import localhost_inter_link
+        timed_inter = localhost_inter_link(_stored_buckets(stored))
+        inter = timed_inter["link"]
+    report = from_stored(stored, args.predict or [], args.link, args.nodes, inter)
+    if timed_inter:
+        report["inter_link"] = {"source": "timed across 2 simulated nodes on localhost",
+                                "bandwidth_gbps": inter.bandwidth_gbps,
+                                "latency_s": inter.latency_s, "fit": timed_inter["fit"],
+                                "timed_s": timed_inter["timed_s"]}
+    return report
 
 
 def _stored_buckets(stored: dict) -> list[int]:

@@ -1,4 +1,5 @@
-"""The asv benchmark ids the attribution reads, and where the suite's environment record lives.
+"""The asv benchmark ids the attribution reads, and where the suite's side records live (its
+environment record, and bench_predict's held-out prediction).
 
 One place, so a renamed benchmark fails a test (``tests/test_benchmarks.py`` checks every id here
 against the classes in ``benchmarks/``) instead of silently emptying the report.
@@ -35,3 +36,10 @@ def environment_path(results_dir: Path, machine: str, commit: str) -> Path:
     """The suite's environment record of (machine, commit): beside asv's results folder (asv
     expects that folder to hold only its own files)."""
     return Path(results_dir).parent / "swinkit-environment" / machine / f"{commit[:8]}.json"
+
+
+def held_out_path(results_dir: Path, machine: str, commit: str) -> Path:
+    """bench_predict's held-out report of (machine, commit), whole (asv keeps only the numbers
+    a track_* returns; ``tools/attribute.py --predict N`` predicts from the basis and timings
+    kept here): beside asv's results folder, as the environment record."""
+    return Path(results_dir).parent / "swinkit-held-out" / machine / f"{commit[:8]}.json"

@@ -252,3 +252,30 @@ def what_if_from_asv(results_dir: Path, machine: str | None = None,
         correlation[str(ws)] = rank_correlation([r["predicted_iter_s"] for r in these],
                                                 [r["measured_iter_s"] for r in these])
     return {"what_if": rows, "what_if_rank_correlation": correlation} if rows else {}
+
+
+def held_out_from_asv(results_dir: Path, machine: str | None = None,
+                      commit: str | None = None) -> tuple[dict, Path]:
+    """bench_predict's held-out report as the suite kept it beside asv's results (its basis at
+    world size 1 and its timings at 2), and where it was: the given machine's and commit's, else
+    the newest kept."""
+    kept = names.held_out_path(Path(results_dir), "machine", "commit").parents[1]
+    folders = [kept / machine] if machine else sorted(p for p in kept.glob("*") if p.is_dir())
+    found = []
+    for path in (p for folder in folders for p in folder.glob("*.json")):
+        if commit and not path.stem.startswith(commit[:8]):
+            continue
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: unreadable held-out report ({exc})") from None
+        if not commit or str(report.get("commit", "")).startswith(commit):
+            found.append((path.stat().st_mtime, path, report))
+    if not found:
+        what = " and ".join(x for x in (machine and f"machine {machine!r}",
+                                        commit and f"commit {commit}") if x) or "any commit"
+        raise InputError(f"no held-out prediction kept for {what} in {kept}: run `python "
+                         "tools/suite.py` (its bench_predict keeps one per commit), or measure "
+                         "now with --run")
+    _, path, report = max(found, key=lambda f: f[0])
+    return report, path
