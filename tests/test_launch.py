@@ -43,6 +43,24 @@ def test_two_ranks_all_reduce(tmp_path, no_orphans):
 
 
 @pytest.mark.slow
+def test_a_launch_in_the_temp_dir_leaves_nothing_there(tmp_path, monkeypatch, no_orphans):
+    """Its run folder goes once read, torch's logs with it (they were a torchelastic_* folder
+    of torch's own per launch); a folder the caller named stays, as does a failed one's."""
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR in this process
+    cfg = LaunchConfig(world_size=2, **FAST)
+    done = launch(ENTRY, {"steps": 2}, cfg, quiet=True)
+    assert len(done.result["ranks"]) == 2
+    assert not done.run_dir.exists() and list(tmp_path.iterdir()) == []
+    kept = launch(ENTRY, {"steps": 2}, cfg, run_dir=tmp_path / "mine", quiet=True)
+    assert (kept.run_dir / "result.json").exists() and list((kept.run_dir / "elastic").iterdir())
+    with pytest.raises(LaunchError):
+        launch(ENTRY, {"steps": 6}, cfg, env={"SWINKIT_FAULT": "raise:1"}, quiet=True)
+    assert [p.name for p in tmp_path.glob("swinkit-run-*/error-rank1.json")] == ["error-rank1.json"]
+
+
+@pytest.mark.slow
 def test_killed_rank_is_named_with_its_signal(tmp_path, no_orphans):
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
@@ -192,12 +210,14 @@ _LAUNCH_FOREVER = (
 
 
 def _sigterm_once_iterating(cmd, sig=signal.SIGTERM) -> subprocess.Popen:
-    """Start ``cmd``, wait until a launch under it has heartbeats, send ``sig``, wait."""
+    """Start ``cmd``, wait until a launch under it has heartbeats, send ``sig``, wait; the
+    run folders it had are ``proc.run_dirs``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            if any(list(p.glob("hb-rank*.json")) for p in _run_dirs_of(proc.pid)):
+            proc.run_dirs = _run_dirs_of(proc.pid)
+            if any(list(p.glob("hb-rank*.json")) for p in proc.run_dirs):
                 break
             time.sleep(0.2)
         else:
@@ -217,15 +237,21 @@ def test_sigterm_stops_every_rank(no_orphans):
     exit code is 128 + SIGTERM."""
     proc = _sigterm_once_iterating([sys.executable, "-c", _LAUNCH_FOREVER])
     assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()
+    assert proc.run_dirs and not any(p.exists() for p in proc.run_dirs)  # its temp folder too
 
 
 @pytest.mark.slow
 def test_a_supervisor_killed_outright_leaves_no_ranks_behind(no_orphans):
     """SIGKILL runs none of the supervisor's cleanup, and its agent lives in a session of its
     own: the agent sees its parent gone and stops its ranks (no_orphans: all gone within 10 s,
-    where the ranks would otherwise loop for about 80 minutes)."""
+    where the ranks would otherwise loop for about 80 minutes), then removes the run's temp
+    folder, which nobody is left to read."""
     proc = _sigterm_once_iterating([sys.executable, "-c", _LAUNCH_FOREVER], signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 15
+    while any(p.exists() for p in proc.run_dirs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.run_dirs and not any(p.exists() for p in proc.run_dirs)
 
 
 @pytest.mark.slow
@@ -305,18 +331,21 @@ def _job(**launch_fields):
     return {"launch": asdict(cfg), "run_id": "r", "endpoint": "head:29500"}
 
 
-def test_agent_passes_local_addr_and_join_timeout_to_torch():
+def test_agent_passes_local_addr_and_join_timeout_to_torch(tmp_path):
     from swinkit.launch.agent import elastic_config
-    config = elastic_config(_job(local_addr="10.1.2.3", join_timeout_s=900.0, pg_timeout_s=30.0))
+    config = elastic_config(_job(local_addr="10.1.2.3", join_timeout_s=900.0, pg_timeout_s=30.0),
+                            tmp_path / "logs")
     assert config.local_addr == "10.1.2.3"  # torch's LaunchConfig field, as torchrun sets it
     assert config.rdzv_configs["join_timeout"] == 900.0
     assert "local_addr" not in config.rdzv_configs  # would reach RendezvousParameters twice
     assert config.rdzv_configs["is_host"] is False
 
 
-def test_agent_leaves_local_addr_to_torch_by_default():
+def test_agent_leaves_local_addr_to_torch_by_default(tmp_path):
     from swinkit.launch.agent import elastic_config
-    assert elastic_config(_job()).local_addr is None
+    config = elastic_config(_job(), tmp_path / "logs")
+    assert config.local_addr is None
+    assert config.logs_specs.root_log_dir == str(tmp_path / "logs")  # torch's logs in the run's
 
 
 IFACES = ["lo", "eth1", "eth0", "ib0"]

@@ -245,8 +245,8 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                         "only, then run it and report the error per launch (held out)")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
-                   help="the ring model's link (from a stored report: default fitted to its timings; "
-                        "with the thesis projection: replaces every system's link)")
+                   help="the ring model's link (from a stored report: default fitted to its "
+                        "timings; with the thesis projection: replaces every system's link)")
     p.add_argument("--inter-link", metavar="GBPS,LATENCY_US|localhost",
                    type=_link("--inter-link", localhost=True),
                    help="with --nodes: the link between nodes; 'localhost' times the stored "

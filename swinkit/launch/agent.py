@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -30,8 +32,10 @@ def _signal_name(exitcode: int) -> str | None:
     return None
 
 
-def elastic_config(job: dict) -> LaunchConfig:
-    """torch's launch configuration for this node, from the run's ``job.json``.
+def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
+    """torch's launch configuration for this node, from the run's ``job.json``; torch's own
+    logs in ``log_dir`` (the run folder's, removed with it), else in a temp folder of torch's
+    that nothing removes.
 
     ``local_addr`` goes to torch's ``LaunchConfig`` itself, as torchrun passes it: torch hands
     it to the rendezvous and to the worker spec; put into ``rdzv_configs`` it would reach the
@@ -43,7 +47,12 @@ def elastic_config(job: dict) -> LaunchConfig:
         run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
         rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": spec["node_rank"] == 0},
         local_addr=spec.get("local_addr"),
-        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)) if log_dir else None)
+
+
+# set when the supervisor is gone (see stop_when_orphaned)
+ORPHANED = threading.Event()
 
 
 def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
@@ -55,12 +64,13 @@ def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
     ever if one hangs. torch's elastic agent has no parent-death option, and Linux's
     PR_SET_PDEATHSIG fires when the parent *thread* ends, so a daemon thread polls for the
     change of parent and sends this process SIGTERM, which the elastic agent turns into
-    stopping its workers."""
+    stopping its workers; :data:`ORPHANED` is set first."""
     parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
+        ORPHANED.set()
         os.kill(os.getpid(), signal.SIGTERM)
     thread = threading.Thread(target=watch, name="swinkit-parent-watch", daemon=True)
     thread.start()
@@ -72,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_when_orphaned()
     job = json.loads((run_dir / "job.json").read_text())
     node_rank = job["launch"]["node_rank"]
-    config = elastic_config(job)
+    config = elastic_config(job, run_dir / "elastic")
     try:
         elastic_launch(config, rank_main)(str(run_dir))
     except ChildFailedError as exc:
@@ -81,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                     for rank, f in exc.failures.items()}
         write_json_atomic(run_dir / f"agent-failures-node{node_rank}.json", failures)
         return 1
+    finally:  # the workers are stopped by now; nobody is left to read or remove the folder
+        if ORPHANED.is_set() and job.get("temporary"):
+            shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 
 

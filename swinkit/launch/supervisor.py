@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,7 +151,8 @@ def check_port_free(endpoint: str) -> None:
 
 @dataclass
 class RunResult:
-    """What a successful run left: rank 0's gathered result and the run folder."""
+    """What a successful run left: rank 0's gathered result and the run folder (removed
+    already where :func:`launch` made it in the temp dir; kept where the caller named it)."""
     result: Any
     run_dir: Path
     wall_s: float
@@ -176,10 +178,12 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     check_gloo_ifname(rank_env, interfaces)
     if cfg.rdzv_endpoint and cfg.nnodes == 1:
         check_port_free(cfg.rdzv_endpoint)
+    made_here = run_dir is None  # a folder of ours in the temp dir, removed once read
     run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="swinkit-run-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
-               endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=cfg.rdzv_id)
+               endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=cfg.rdzv_id,
+               temporary=made_here)  # the agent removes it if this process is killed outright
     write_json_atomic(run_dir / "job.json", job)
     # SWINKIT_RUN_DIR marks every process of this run (agent, ranks, loader workers) so
     # leftovers can be found. Gloo (the clock-offset group beside NCCL, too) binds the
@@ -190,7 +194,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     cmd = [sys.executable, "-m", "swinkit.launch.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
-    watchdog_fired = False
+    watchdog_fired = stopped = False
     # SIGTERM (timeout(1), a scheduler, asv stopping a benchmark) raises here, so the finally
     # below still stops the agent's session, which a signal to our own group does not reach.
     with sigterm_raises():
@@ -202,8 +206,13 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
                 agent.wait(timeout=cfg.wall_timeout_s)
             except subprocess.TimeoutExpired:
                 watchdog_fired = True
+        except BaseException:  # Ctrl-C, SIGTERM: stopped, nothing in the run is read
+            stopped = True
+            raise
         finally:  # every exit path, Ctrl-C and SIGTERM included: nothing of this run survives
             stop_process_group(agent)
+            if stopped and made_here:
+                shutil.rmtree(run_dir, ignore_errors=True)
     wall = time.monotonic() - start
     # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
     # only the records found here are known.
@@ -213,10 +222,12 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     diagnosis = diagnose(run_dir, expected, agent.returncode,
                          watchdog_s=cfg.wall_timeout_s if watchdog_fired else None,
                          join_timeout_s=cfg.pg_timeout_s, backend=job["backend"])
-    if diagnosis is not None:
+    if diagnosis is not None:  # the folder stays: its rank records are the evidence
         raise LaunchError(diagnosis)
     result_file = run_dir / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else None
+    if made_here:  # read, nothing in it is needed again; an asv run makes hundreds of these
+        shutil.rmtree(run_dir, ignore_errors=True)
     return RunResult(result=result, run_dir=run_dir, wall_s=wall)
 
 
