@@ -22,7 +22,7 @@ from swinkit.result_files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds asv's processes get after SIGTERM before SIGKILL: enough for a benchmark's launch to
-# stop its ranks (swinkit.launch.supervisor waits up to twice its own 5 s grace).
+# stop its ranks (swinkit.launch.terminate waits up to twice its own 5 s grace).
 ASV_STOP_GRACE_S = 15.0
 # The commit asv files this run's results under and asv's results folder, for the benchmarks'
 # side records: asv sets ASV_COMMIT only where it installs a commit (not in `asv run
@@ -40,7 +40,7 @@ def _asv(*args: str, check: bool = True) -> int:
     """Run asv; its exit code. asv runs in a session of its own, stopped with everything it
     started (its fork server, the benchmark processes and their launches) on every way out
     of here: Ctrl-C, SIGTERM (``timeout``, a scheduler) or an error."""
-    from swinkit.launch.supervisor import run_in_session
+    from swinkit.launch.terminate import run_in_session
 
     cmd = [sys.executable, "-m", "asv", "--config", str(ROOT / "asv.conf.json"), *args]
     print("$ asv " + " ".join(args), flush=True)

@@ -264,7 +264,7 @@ def test_sigterm_reaches_launches_inside_a_tool_in_its_own_session(no_orphans):
     tool = ("import os, subprocess, sys\n"
             f"subprocess.Popen([sys.executable, '-c', {_LAUNCH_FOREVER!r}], "
             "preexec_fn=lambda: os.setpgid(0, 0)).wait()\n")
-    outer = ("import sys\nfrom swinkit.launch.supervisor import run_in_session\n"
+    outer = ("import sys\nfrom swinkit.launch.terminate import run_in_session\n"
              f"sys.exit(run_in_session([sys.executable, '-c', {tool!r}], grace_s=15))\n")
     proc = _sigterm_once_iterating([sys.executable, "-c", outer])
     assert proc.returncode == 128 + signal.SIGTERM, proc.stdout.read()

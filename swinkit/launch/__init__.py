@@ -7,7 +7,8 @@ build output).
     rank.py      what every rank runs: process group, workload entry point, heartbeats, errors
     diagnose.py  root cause from the records a run leaves (killed, raised, hung, never joined)
     network.py   the address and interface nodes talk on (--local-addr, GLOO_SOCKET_IFNAME)
-    terminate.py SIGTERM as an exception, so a supervisor stopped from outside still cleans up
+    terminate.py SIGTERM as an exception (a supervisor stopped from outside still cleans up), and
+                 stopping the process groups and sessions a job started
 
 Knows nothing of the workload: entry points are "module:function" strings.
 """

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,11 +37,10 @@ from swinkit.input_checks import check_int, check_positive_number
 from swinkit.launch.diagnose import Diagnosis, diagnose
 from swinkit.launch.network import (check_gloo_ifname, check_local_addr, gloo_socket_env,
                                   host_interfaces)
-from swinkit.launch.terminate import sigterm_raises
+from swinkit.launch.terminate import sigterm_raises, stop_process_group
 from swinkit.faults import FAULT_ENV, parse_fault
 from swinkit.result_files import write_json_atomic
 
-KILL_GRACE_S = 5.0
 
 
 class LaunchError(RuntimeError):
@@ -194,25 +192,8 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     cmd = [sys.executable, "-m", "swinkit.launch.agent", str(run_dir)]
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
-    watchdog_fired = stopped = False
-    # SIGTERM (timeout(1), a scheduler, asv stopping a benchmark) raises here, so the finally
-    # below still stops the agent's session, which a signal to our own group does not reach.
-    with sigterm_raises():
-        agent = subprocess.Popen(cmd, start_new_session=True, env=child_env, stdout=out,
-                                 stderr=out)
-        try:
-            (run_dir / "agent.pid").write_text(str(agent.pid))
-            try:
-                agent.wait(timeout=cfg.wall_timeout_s)
-            except subprocess.TimeoutExpired:
-                watchdog_fired = True
-        except BaseException:  # Ctrl-C, SIGTERM: stopped, nothing in the run is read
-            stopped = True
-            raise
-        finally:  # every exit path, Ctrl-C and SIGTERM included: nothing of this run survives
-            stop_process_group(agent)
-            if stopped and made_here:
-                shutil.rmtree(run_dir, ignore_errors=True)
+    agent, watchdog_fired = _run_agent(cmd, child_env, out, cfg.wall_timeout_s, run_dir,
+                                       remove_if_stopped=made_here)
     wall = time.monotonic() - start
     # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
     # only the records found here are known.
@@ -231,78 +212,26 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     return RunResult(result=result, run_dir=run_dir, wall_s=wall)
 
 
-def run_in_session(cmd: list[str], cwd=None, grace_s: float = KILL_GRACE_S) -> int:
-    """Run ``cmd`` in a session of its own; its exit code. On every way out (it ends, Ctrl-C,
-    SIGTERM, an error) every process of that session is stopped: SIGTERM first, so that a launch
-    inside it stops its ranks (their sessions are out of this group's reach), SIGKILL after
-    ``grace_s``. For a tool (asv) that starts launches in processes of its own."""
+def _run_agent(cmd, env, out, wall_timeout_s, run_dir: Path, remove_if_stopped: bool):
+    """Start the agent in a session of its own and wait for it up to ``wall_timeout_s``:
+    (the agent, whether the watchdog fired). Stopped from outside, it stops the agent's session
+    and (``remove_if_stopped``) the run folder, nothing in which is read then."""
+    watchdog_fired = stopped = False
+    # SIGTERM (timeout(1), a scheduler, asv stopping a benchmark) raises here, so the finally
+    # below still stops the agent's session, which a signal to our own group does not reach.
     with sigterm_raises():
-        proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+        agent = subprocess.Popen(cmd, start_new_session=True, env=env, stdout=out, stderr=out)
         try:
-            return proc.wait()
-        finally:
-            stop_session(proc, grace_s=grace_s)
-
-
-def stop_session(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """:func:`stop_process_group` for every process group of the session ``proc`` leads: a
-    tool may put its children in groups of their own (asv starts its fork server with
-    ``setpgid``), and they stay in the session when the leader is gone."""
-    _stop(proc, lambda: session_groups(proc.pid), grace_s)
-
-
-def session_groups(sid: int) -> set[int]:
-    """Process groups with a live (not zombie) process in session ``sid``."""
-    import psutil
-    groups = set()
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(p.pid) == sid:
-                groups.add(os.getpgid(p.pid))
-        except (OSError, psutil.Error):
-            continue
-    return groups
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the process group led by ``proc`` (the agent lets its ranks go), then SIGKILL
-    whatever is left after ``grace_s``."""
-    pgid = proc.pid
-    _stop(proc, lambda: {pgid} if group_alive(pgid) else set(), grace_s,
-          terminate=proc.poll() is None)
-
-
-def _stop(proc: subprocess.Popen, groups, grace_s: float, terminate: bool = True) -> None:
-    """SIGTERM ``groups()`` (when ``terminate``), give ``proc`` and then the groups ``grace_s``
-    each to end, SIGKILL what is left, reap ``proc``."""
-    if terminate:
-        for group in groups():
-            _signal_group(group, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    deadline = time.monotonic() + grace_s
-    while groups() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for group in groups():
-        _signal_group(group, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.wait()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+            (run_dir / "agent.pid").write_text(str(agent.pid))
+            try:
+                agent.wait(timeout=wall_timeout_s)
+            except subprocess.TimeoutExpired:
+                watchdog_fired = True
+        except BaseException:  # Ctrl-C, SIGTERM
+            stopped = True
+            raise
+        finally:  # every exit path, Ctrl-C and SIGTERM included: nothing of this run survives
+            stop_process_group(agent)
+            if stopped and remove_if_stopped:
+                shutil.rmtree(run_dir, ignore_errors=True)
+    return agent, watchdog_fired

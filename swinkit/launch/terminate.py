@@ -1,4 +1,5 @@
-"""SIGTERM as an exception, so that cleanup code runs when a job is stopped from outside.
+"""Stopping jobs: SIGTERM as an exception, so that cleanup code runs when a job is stopped
+from outside, and the process groups and sessions a job started, stopped on every way out.
 
 Python's default SIGTERM action ends the process at once: no ``finally`` block runs, so a
 supervisor killed by ``timeout``, a batch scheduler or asv leaves its children running (a
@@ -10,8 +11,13 @@ does not reach). While :func:`sigterm_raises` is active in the main thread, SIGT
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import subprocess
 import threading
+import time
+
+KILL_GRACE_S = 5.0
 
 
 class Terminated(SystemExit):
@@ -38,3 +44,80 @@ def sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def run_in_session(cmd: list[str], cwd=None, grace_s: float = KILL_GRACE_S) -> int:
+    """Run ``cmd`` in a session of its own; its exit code. On every way out (it ends, Ctrl-C,
+    SIGTERM, an error) every process of that session is stopped: SIGTERM first, so that a launch
+    inside it stops its ranks (their sessions are out of this group's reach), SIGKILL after
+    ``grace_s``. For a tool (asv) that starts launches in processes of its own."""
+    with sigterm_raises():
+        proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+        try:
+            return proc.wait()
+        finally:
+            stop_session(proc, grace_s=grace_s)
+
+
+def stop_session(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """:func:`stop_process_group` for every process group of the session ``proc`` leads: a
+    tool may put its children in groups of their own (asv starts its fork server with
+    ``setpgid``), and they stay in the session when the leader is gone."""
+    _stop(proc, lambda: session_groups(proc.pid), grace_s)
+
+
+def session_groups(sid: int) -> set[int]:
+    """Process groups with a live (not zombie) process in session ``sid``."""
+    import psutil
+    groups = set()
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(p.pid) == sid:
+                groups.add(os.getpgid(p.pid))
+        except (OSError, psutil.Error):
+            continue
+    return groups
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the process group led by ``proc`` (the agent lets its ranks go), then SIGKILL
+    whatever is left after ``grace_s``."""
+    pgid = proc.pid
+    _stop(proc, lambda: {pgid} if group_alive(pgid) else set(), grace_s,
+          terminate=proc.poll() is None)
+
+
+def _stop(proc: subprocess.Popen, groups, grace_s: float, terminate: bool = True) -> None:
+    """SIGTERM ``groups()`` (when ``terminate``), give ``proc`` and then the groups ``grace_s``
+    each to end, SIGKILL what is left, reap ``proc``."""
+    if terminate:
+        for group in groups():
+            _signal_group(group, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + grace_s
+    while groups() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for group in groups():
+        _signal_group(group, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
