@@ -150,6 +150,13 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
     sweep = bench_ddp.with_strong_scaling(weak, "test", [1, 2, 4])
     assert calls == [("test", 1, 2, [2])]
     assert kept == [sweep.get("held_out")]  # kept whole for tools/attribute.py --predict N
+
+    def fails(report):
+        raise KeyError("results_dir")  # e.g. another project's asv.conf.json
+    monkeypatch.setattr(bench_ddp, "_store_held_out", fails)
+    again = bench_ddp.with_strong_scaling(Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}),
+                                          "test", [1, 2])
+    assert again.get("held_out")["launches"]  # not keeping it loses no measurement
     with pytest.raises(NotImplementedError, match="SWINKIT_DDP=all"):
         bench_ddp.Scaling().track_efficiency(sweep, 2, "strong")
     assert bench_ddp.Scaling().track_efficiency(sweep, 2, "weak") == pytest.approx(1 / 1.1)

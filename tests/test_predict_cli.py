@@ -16,9 +16,10 @@ PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0
           "optimizer": 0.1, "other": 0.0}
 
 
-def _attribute(*args, timeout=120):
+def _attribute(*args, timeout=120, **env):
     return subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **env))
 
 
 def _stored(link: Link) -> dict:
@@ -160,9 +161,12 @@ def test_nodes_predicted_over_a_link_timed_across_two_simulated_nodes(tmp_path):
     4 nodes get the ring's hand formula at N = 4 with that link."""
     path = tmp_path / "stored.json"
     path.write_text(json.dumps(_stored(Link(1.0, 1e-4))))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     out = _attribute("--stored", str(path), "--nodes", "2,4", "--inter-link", "localhost",
-                     "--json", str(tmp_path / "o.json"), timeout=600)
+                     "--json", str(tmp_path / "o.json"), timeout=600, TMPDIR=str(scratch))
     assert out.returncode == 0, out.stderr
+    assert list(scratch.iterdir()) == []  # both nodes' run folders removed once read
     assert "simulated nodes on localhost" in out.stdout
     data = json.loads((tmp_path / "o.json").read_text())
     inter = data["inter_link"]

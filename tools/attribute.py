@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
-    if args.predict or args.predict_from or args.stored or args.nodes:
+    # --nodes alone predicts from a stored report (--stored, or the one asv kept)
+    if args.predict or args.predict_from or args.stored or (args.nodes and not args.run):
         return _predict(args)
     if args.engine:
         return _engines(args)

@@ -13,6 +13,7 @@ and its plumbing end to end, not a network.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,8 @@ def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print,
         raise
     finally:
         pool.shutdown(wait=True)  # the launches return once their agents are gone
+    for run_dir in run_dirs:  # read: the launches named them, so they are ours to remove
+        shutil.rmtree(run_dir, ignore_errors=True)
     # rank 0 gathers every rank's result; the rendezvous decides on which node it runs
     reports = [r.result for r in runs if r.result is not None]
     if not reports:
