@@ -38,8 +38,14 @@ def environment_path(results_dir: Path, machine: str, commit: str) -> Path:
     return Path(results_dir).parent / "swinkit-environment" / machine / f"{commit[:8]}.json"
 
 
+def held_out_root(results_dir: Path) -> Path:
+    """Where bench_predict's held-out reports are kept, one folder per machine: beside asv's
+    results folder, as the environment records."""
+    return Path(results_dir).parent / "swinkit-held-out"
+
+
 def held_out_path(results_dir: Path, machine: str, commit: str) -> Path:
     """bench_predict's held-out report of (machine, commit), whole (asv keeps only the numbers
     a track_* returns; ``tools/attribute.py --predict N`` predicts from the basis and timings
-    kept here): beside asv's results folder, as the environment record."""
-    return Path(results_dir).parent / "swinkit-held-out" / machine / f"{commit[:8]}.json"
+    kept here)."""
+    return held_out_root(results_dir) / machine / f"{commit[:8]}.json"

@@ -259,7 +259,7 @@ def held_out_from_asv(results_dir: Path, machine: str | None = None,
     """bench_predict's held-out report as the suite kept it beside asv's results (its basis at
     world size 1 and its timings at 2), and where it was: the given machine's and commit's, else
     the newest kept."""
-    kept = names.held_out_path(Path(results_dir), "machine", "commit").parents[1]
+    kept = names.held_out_root(Path(results_dir))
     folders = [kept / machine] if machine else sorted(p for p in kept.glob("*") if p.is_dir())
     found = []
     for path in (p for folder in folders for p in folder.glob("*.json")):
