@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]
     Returns:
         (the published HTML folder, asv run's exit code: 0, or 2 if any benchmark failed).
     """
-    if not (Path.home() / ".asv-machine.json").exists():
+    if asv_machine() is None:  # asv run would stop at "No information stored about machine"
         _asv("machine", "--yes")
     commit = head_commit()
     conf = read_conf()
@@ -101,10 +102,21 @@ def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]
     return ROOT / conf["html_dir"], run_code
 
 
-def asv_machine() -> str:
-    """The machine asv files results under here: the one `asv machine --yes` recorded."""
-    machines = json.loads((Path.home() / ".asv-machine.json").read_text())
-    return next(k for k in machines if k != "version")
+def asv_machine(machine_file: Path | None = None) -> str | None:
+    """The machine asv files this host's results under, chosen as asv chooses it
+    (asv.machine.MachineCollection.load): the entry named after this host, else the only entry
+    (a home folder shared by a cluster's nodes holds the first node's). None where asv would
+    refuse: no file, or several machines and none named after this host."""
+    machine_file = machine_file or Path.home() / ".asv-machine.json"
+    if not machine_file.exists():
+        return None
+    machines = {k: v for k, v in json.loads(machine_file.read_text()).items() if k != "version"}
+    name = platform.node()
+    if name not in machines:
+        if len(machines) != 1:
+            return None
+        name = next(iter(machines))
+    return machines[name].get("machine", name)
 
 
 def store_held_out(report: dict) -> Path | None:
@@ -118,8 +130,9 @@ def store_held_out(report: dict) -> Path | None:
     conf = Path(os.environ.get("ASV_CONF_DIR", "/nonexistent")) / "asv.conf.json"
     if not results and conf.exists():  # asv's own run in the project's folder (asv run A..B)
         results = conf.parent / read_conf(conf)["results_dir"]
-    if not (commit and results) or not (Path.home() / ".asv-machine.json").exists():
+    machine = asv_machine()
+    if not (commit and results and machine):
         return None
-    path = held_out_path(Path(results), asv_machine(), commit)
+    path = held_out_path(Path(results), machine, commit)
     write_json_atomic(path, {**report, "commit": commit})
     return path

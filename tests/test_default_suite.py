@@ -213,6 +213,24 @@ def test_the_held_out_report_is_kept_under_asvs_machine_and_the_suites_commit(tm
                                             "commit": "0123456789" + "e" * 30}
 
 
+def test_the_machine_is_the_one_asv_files_this_hosts_results_under(tmp_path, monkeypatch):
+    """As asv.machine.MachineCollection.load picks it: the entry named after this host, else
+    the only one (a home folder shared by cluster nodes); none where asv would refuse. The
+    first entry of the file is never the answer by position alone."""
+    from swinkit import run_suite
+    monkeypatch.setattr(run_suite.platform, "node", lambda: "node2")
+    machines = tmp_path / ".asv-machine.json"
+    assert run_suite.asv_machine(machines) is None  # no file: `asv machine --yes` first
+    machines.write_text('{"version": 1, "node1": {"machine": "node1"}, '
+                        '"node2": {"machine": "node2"}}')
+    assert run_suite.asv_machine(machines) == "node2"
+    machines.write_text('{"version": 1, "node1": {"machine": "node1"}}')
+    assert run_suite.asv_machine(machines) == "node1"
+    machines.write_text('{"version": 1, "node1": {"machine": "node1"}, '
+                        '"node3": {"machine": "node3"}}')
+    assert run_suite.asv_machine(machines) is None
+
+
 def test_one_failed_loader_setting_fails_only_itself():
     from swinkit.components.loader_throughput import _by_workers
     sweep = Sweep()
