@@ -11,7 +11,8 @@ Rows covered here (each on 2 gloo ranks, each followed by an orphan check):
  12 interrupted run    test_ctrl_c_stops_every_rank_and_keeps_old_results (+ test_atomic.py),
                       test_sigterm_stops_every_rank (timeout(1), a scheduler),
                       test_sigterm_reaches_launches_inside_a_tool_in_its_own_session (asv),
-                      test_a_supervisor_killed_outright_leaves_no_ranks_behind (SIGKILL)
+                      test_a_supervisor_killed_outright_leaves_no_ranks_behind (SIGKILL),
+                      test_an_agent_whose_supervisor_died_before_it_looked_starts_no_ranks
  15 leftovers          test_atomic.py (stale lock taken over, live lock respected)
 """
 import json
@@ -252,6 +253,28 @@ def test_a_supervisor_killed_outright_leaves_no_ranks_behind(no_orphans):
     while any(p.exists() for p in proc.run_dirs) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert proc.run_dirs and not any(p.exists() for p in proc.run_dirs)
+
+
+@pytest.mark.slow
+def test_an_agent_whose_supervisor_died_before_it_looked_starts_no_ranks(tmp_path, no_orphans):
+    """The agent takes its supervisor's pid from job.json, not from its own parent read after
+    torch's import: a supervisor killed during that second left the agent adopted by init,
+    taking init for its supervisor, with its ranks running on unwatched."""
+    from dataclasses import asdict
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run_dir = tmp_path / "swinkit-run-orphan"
+    run_dir.mkdir()
+    cfg = LaunchConfig(world_size=2, **FAST)
+    (run_dir / "job.json").write_text(json.dumps(dict(
+        entry=ENTRY, kwargs={"steps": 100000}, launch=asdict(cfg), backend="gloo",
+        endpoint=f"localhost:{free_port()}", run_id=cfg.rdzv_id, temporary=True,
+        supervisor_pid=dead.pid)))
+    agent = subprocess.run([sys.executable, "-m", "swinkit.launch.agent", str(run_dir)],
+                           capture_output=True, text=True, timeout=60)
+    assert agent.returncode != 0, agent.stderr[-2000:]
+    assert not run_dir.exists()
+    assert not list(tmp_path.rglob("hb-rank*.json"))
 
 
 @pytest.mark.slow

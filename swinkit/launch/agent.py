@@ -55,7 +55,7 @@ def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
 ORPHANED = threading.Event()
 
 
-def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
+def stop_when_orphaned(supervisor_pid: int, poll_s: float = 0.5) -> threading.Thread:
     """Stop this agent and its ranks when the supervisor that started it is gone.
 
     The supervisor is the agent's parent and its only watchdog. Killed outright (SIGKILL: a
@@ -64,11 +64,11 @@ def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
     ever if one hangs. torch's elastic agent has no parent-death option, and Linux's
     PR_SET_PDEATHSIG fires when the parent *thread* ends, so a daemon thread polls for the
     change of parent and sends this process SIGTERM, which the elastic agent turns into
-    stopping its workers; :data:`ORPHANED` is set first."""
-    parent = os.getppid()
-
+    stopping its workers; :data:`ORPHANED` is set first. The supervisor's pid comes from
+    job.json, written before the agent started: a parent read here, after torch's import,
+    would already be init's if the supervisor died in that second."""
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == supervisor_pid:
             time.sleep(poll_s)
         ORPHANED.set()
         os.kill(os.getpid(), signal.SIGTERM)
@@ -77,14 +77,21 @@ def stop_when_orphaned(poll_s: float = 0.5) -> threading.Thread:
     return thread
 
 
+def _raise_on_sigterm(signum, frame):
+    # until torch's own handler takes over (once its workers start), SIGTERM (the supervisor
+    # stopping us, or the orphan watch) must still run main's finally
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
-    stop_when_orphaned()
     job = json.loads((run_dir / "job.json").read_text())
+    supervisor = job.get("supervisor_pid", os.getppid())
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
     node_rank = job["launch"]["node_rank"]
-    config = elastic_config(job, run_dir / "elastic")
     try:
-        elastic_launch(config, rank_main)(str(run_dir))
+        stop_when_orphaned(supervisor)
+        elastic_launch(elastic_config(job, run_dir / "elastic"), rank_main)(str(run_dir))
     except ChildFailedError as exc:
         failures = {str(rank): {"exitcode": f.exitcode, "signal": _signal_name(f.exitcode),
                                 "local_rank": f.local_rank}
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(run_dir / f"agent-failures-node{node_rank}.json", failures)
         return 1
     finally:  # the workers are stopped by now; nobody is left to read or remove the folder
-        if ORPHANED.is_set() and job.get("temporary"):
+        orphaned = ORPHANED.is_set() or os.getppid() != supervisor  # or died since the last poll
+        if orphaned and job.get("temporary"):
             shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 

@@ -181,7 +181,8 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     run_dir.mkdir(parents=True, exist_ok=True)
     job = dict(entry=entry, kwargs=kwargs, launch=asdict(cfg), backend=cfg.resolved_backend(),
                endpoint=cfg.rdzv_endpoint or f"localhost:{free_port()}", run_id=cfg.rdzv_id,
-               temporary=made_here)  # the agent removes it if this process is killed outright
+               temporary=made_here,  # the agent removes it if this process is killed outright
+               supervisor_pid=os.getpid())
     write_json_atomic(run_dir / "job.json", job)
     # SWINKIT_RUN_DIR marks every process of this run (agent, ranks, loader workers) so
     # leftovers can be found. Gloo (the clock-offset group beside NCCL, too) binds the
