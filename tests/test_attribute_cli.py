@@ -170,6 +170,8 @@ def test_run_with_a_slow_loader_on_rank_1_blames_rank_1s_data_loading(tmp_path, 
 @pytest.mark.parametrize("argv, message", [
     (["--run", "--what-if", "bf16_hook,nope"], "unknown remedy nope"),
     (["--run", "--scaling", "linear"], "invalid choice: 'linear'"),
+    # swinkit ddp's spelling is taken: the error is the missing --run, not an unknown engine
+    (["--engine", "zero1,dp-vanilla"], "--engine runs the engines: it needs --run"),
 ])
 def test_what_if_arguments_fail_before_any_launch(argv, message, tmp_path):
     """Bad what-if arguments exit 2 naming the problem, and nothing is written."""

@@ -232,6 +232,8 @@ def test_engine_keys():
     (["--engine", "deepspeed", "--zero", "3"], "zero must be 0, 1 or 2"),
     (["--engine", "ddp", "--zero", "2"], "zero applies to engine deepspeed only"),
     (["--engine", "dp", "--figure", "x.png"], "--figure needs --engine all"),
+    # tools/attribute.py's spelling is taken: past the engine check, to the figure's
+    (["--engine", "dp_vanilla", "--figure", "x.png"], "--figure needs --engine all"),
 ])
 def test_cli_bad_engine_input_exits_2_before_anything_starts(argv, message, capsys, data_root,
                                                               no_orphans):

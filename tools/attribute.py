@@ -202,7 +202,9 @@ def _engines(args) -> int:
     from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.runs.engine_run import compare_rows, run_engines_by_k
 
-    keys = list(COMPARED) if args.engine == "all" else [k.strip() for k in args.engine.split(",")]
+    # `swinkit ddp --engine dp-vanilla` spells it so; the comparison's keys are asv's names
+    keys = (list(COMPARED) if args.engine == "all"
+            else [k.strip().replace("-", "_") for k in args.engine.split(",")])
     unknown = [k for k in keys if k not in COMPARED]
     if not args.run or unknown:
         print("attribute: error: " + (f"--engine: unknown {unknown}; known: {list(COMPARED)}"

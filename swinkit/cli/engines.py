@@ -18,6 +18,7 @@ def engine_command(args) -> int:
     from swinkit.cli.launch import launch_and_report, run_spec
     from swinkit.runs.engine_spec import ENGINES, EngineSpec, EngineUnavailable
 
+    args.engine = args.engine.replace("_", "-")  # tools/attribute.py's key is dp_vanilla
     if args.engine not in ENGINES + (ALL,):
         raise ValueError(f"engine must be one of {', '.join(ENGINES + (ALL,))}; got {args.engine!r}")
     if args.figure and args.engine != ALL:
