@@ -12,6 +12,7 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
   where it synchronises and nowhere at one rank; the event-to-host mapping's error;
 * NCCL all-reduces of the model's gradient buckets with their correctness check;
 * each injection's cost recovered from the run against the amount measured on the device;
+* a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
   all-reduce on NCCL.
@@ -141,6 +142,28 @@ def test_injection_is_recovered_on_the_injected_phase(data_root, inject, key):
     recovered = paired["growth_s"][key] / measured
     assert row(f"injection {inject}", f"{paired['growth_s'][key] * 1e3:.1f} ms on {key} of "
                f"{measured * 1e3:.1f} ms injected", "within 20 %", abs(recovered - 1) <= 0.2)
+
+
+@requires_gpu(1)
+def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypatch):
+    """The held-out prediction's timings at N' (the buckets' all-reduces and the buffer
+    broadcast; at 2 GPUs and more the contention and lockstep stand-ins too) over NCCL on the
+    GPUs, as the paired run at 1 they predict from ran."""
+    from swinkit.experiments.predict_run import _paired, measure_target, predict_one
+    from swinkit.injection import Injection
+    from swinkit.runs.component_costs import basis_of
+    from swinkit.runs.ddp_run import run_ddp
+    monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))  # the timing ranks' loaders too
+    run = run_ddp(_paired("test", 1, 6, 2, Injection(), 2), progress=lambda s: None)
+    basis = basis_of(run)
+    target = measure_target("test", GPUS, basis, progress=lambda s: None)
+    pred = predict_one(basis, run["iter_s"], target)
+    timed = len(target.bucket_comm_s) == len(basis["bucket_bytes"]) and all(
+        t > 0 for t in target.bucket_comm_s)
+    assert row(f"N={GPUS} predicted from N=1 over {basis['probe']['backend']}",
+               f"{pred['predicted_iter_s'] * 1e3:.1f} ms; buckets "
+               + ", ".join(f"{t * 1e3:.2f}" for t in target.bucket_comm_s) + " ms",
+               "nccl, every bucket timed", basis["probe"]["backend"] == "nccl" and timed)
 
 
 @requires_gpu(1)

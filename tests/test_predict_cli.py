@@ -238,4 +238,6 @@ def test_held_out_run_on_the_test_preset(tmp_path):
     two = data["launches"][0]["targets"]["2"]
     assert two["from_world_size"] == 1 and two["comm_source"] == "timed at N'"
     assert set(two["accuracy"]) >= {"model", "perfect", "plus_allreduce", "paired"}
+    # the timings at 2 went over the backend the run at 1 used (on a GPU node: NCCL, GPUs)
+    assert data["launches"][0]["basis"]["probe"]["backend"] == "gloo"
     assert "world size 2, accuracy per launch" in out.stdout

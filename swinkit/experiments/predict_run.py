@@ -34,7 +34,10 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
     probe = basis["probe"]
     progress(f"[world size {world_size}] without the model: loader supply with {world_size} "
              "loaders at once, the buckets' all-reduces and the buffer broadcast")
-    lc = LaunchConfig(world_size=world_size, allow_oversubscribe=oversubscribe_allowed())
+    # over the backend the basis ran on, which decides the device (a basis kept before it
+    # was recorded: the one a run here would take)
+    lc = LaunchConfig(world_size=world_size, backend=probe.get("backend", "auto"),
+                      allow_oversubscribe=oversubscribe_allowed())
     ranks = launch("swinkit.experiments.target_probes:target_rank",
                    dict(preset=preset, workers=basis["host"]["loader_workers"],
                         elements=probe["elements"], dtype=probe["dtype"],

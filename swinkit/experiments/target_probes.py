@@ -9,6 +9,23 @@ from __future__ import annotations
 import statistics
 
 
+def probe_device(backend: str, local_rank: int):
+    """Where a rank's timings at N' run: the device the run predicted from used, which its
+    backend decided (NCCL ranks train on their GPU, gloo ranks on CPU whatever the preset
+    says: swinkit.runs.ddp_run), so the buckets are timed as the model's are sent."""
+    import torch
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+
+
+def _rank_mean(value: float, device) -> float:
+    """The ranks' mean of ``value`` (a tensor on ``device``: NCCL reduces no CPU tensor)."""
+    import torch
+    import torch.distributed as dist
+    mine = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(mine)
+    return float(mine) / dist.get_world_size()
+
+
 def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtype: str,
                 buffer_shapes: list, batches: int = 10) -> dict:
     """Rank entry: the loader's supply with every rank's loader at once, the buckets'
@@ -21,28 +38,29 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     from swinkit.components.loader_throughput import loader_rank
     from swinkit.rank.collective_timing import time_collectives
 
+    device = probe_device(dist.get_backend(), rank.local_rank)
     # the stand-in's reading moves by several per cent from one moment to the next (the host's
     # other tenants), now and then by 10 %: four readings spread over the launch, their median
-    slowdowns = [stand_in_slowdown(rank.rank, rank.world_size)]
+    slowdowns = [stand_in_slowdown(rank.rank, rank.world_size, device)]
     supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
-    device = torch.device("cpu")
     dist.barrier()  # the loaders' workers are gone before anything else is timed
-    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
+    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     same_host = True  # one host: the launch here is single-node
     comm = time_collectives(elements, getattr(torch, dtype), device, "all_reduce", cold=True,
                             same_host=same_host)
     broadcast = 0.0
     if buffer_shapes:
-        tensors = [[torch.zeros(s, dtype=getattr(torch, d)) for s, d in buffer_shapes]]
+        tensors = [[torch.zeros(s, dtype=getattr(torch, d), device=device)
+                    for s, d in buffer_shapes]]
         world = time_collectives([], None, device, "broadcast_coalesced", cold=True,
                                  tensors=tensors, same_host=same_host)[0]
         alone_group = [dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
         alone = time_collectives([], None, device, "broadcast_coalesced", cold=True,
                                  tensors=tensors, group=alone_group)[0]
         broadcast = max(world - alone, 0.0)  # what N ranks add over one, as the components
-    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
-    sync_wait = lockstep_wait(rank.world_size)
-    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size))
+    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
+    sync_wait = lockstep_wait(rank.world_size, device)
+    slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
             "broadcast_s": broadcast, "sync_wait_s": sync_wait,
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
@@ -50,24 +68,42 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
             if rank.world_size > 1 else {}}
 
 
+# the matrix side of backward's stand-in: on CPU a one-thread chunk of about 1 ms per product;
+# on a GPU one large enough that the products, not their launches, take the time
+STAND_IN_SIDE = {"cpu": 160, "cuda": 2048}
+
+
+def backward_stand_in(device, randn=None, synchronize=None):
+    """(a square matrix on ``device``, a wait for the device's queued work): on a GPU the
+    products are queued, so a chunk is timed between two waits; on CPU nothing is queued."""
+    import torch
+    randn = randn or torch.randn
+    a = randn(STAND_IN_SIDE[device.type], STAND_IN_SIDE[device.type], device=device)
+    if device.type != "cuda":
+        return a, lambda: None
+    synchronize = synchronize or torch.cuda.synchronize
+    return a, lambda: synchronize(device)
+
+
 def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
                      work: int = 40) -> dict:
     """The contention rates (:mod:`swinkit.measure.contention`) with fixed matmul work standing
-    in for backward: that work alone, then beside the buckets' all-reduces running round after
-    round on a thread (every rank at once), and the rounds alone (hot) against beside it."""
+    in for backward, on the rank's device: that work alone, then beside the buckets'
+    all-reduces running round after round on a thread (every rank at once), and the rounds
+    alone (hot) against beside it."""
     import time
-
-    import torch
 
     from swinkit.measure.contention import CommLoad, rates
     from swinkit.rank.collective_timing import time_collectives
 
-    a = torch.randn(160, 160)
+    a, wait = backward_stand_in(device)
 
     def chunk() -> float:
+        wait()
         start = time.perf_counter()
         for _ in range(work):
             a @ a
+        wait()
         return time.perf_counter() - start
 
     alone = [chunk() for _ in range(reps)]
@@ -81,7 +117,7 @@ def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
     return {k: got[k] for k in ("compute_rate", "comm_rate") if got[k] is not None}
 
 
-def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
+def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> float:
     """How much slower a stand-in for the model's compute runs with every rank running it at
     once than with each rank alone (the others waiting at a barrier): the host's shared cores,
     caches and memory bandwidth, which no timing of one rank shows. The stand-in is a Swin
@@ -90,13 +126,14 @@ def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
     fixed work, not the model. (Attention over all 1024 tokens at once, a 32 MB score matrix,
     read the sharing twice as unsteadily from call to call: sd 0.068 against 0.031 in 8 calls
     each, interleaved, at 2 ranks on a 2-core host.) The ranks' mean of each one's median
-    ratio; 1 at one rank."""
+    ratio; 1 at one rank, and 1 on GPUs: there the model computes on each rank's own device,
+    and this stand-in is host work."""
     import time
 
     import torch
     import torch.distributed as dist
 
-    if world_size == 1:
+    if world_size == 1 or device.type == "cuda":
         return 1.0
     x = torch.randn(8 * 16, 64, 128)  # 8 images of 1024 tokens, in windows of 8 x 8
     up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
@@ -127,17 +164,16 @@ def stand_in_slowdown(rank: int, world_size: int, reps: int = 9) -> float:
                 time.sleep(turn_s)
         dist.barrier()
         together.append(block())
-    mine = torch.tensor([statistics.median(together) / statistics.median(alone)],
-                        dtype=torch.float64)
-    dist.all_reduce(mine)
-    return float(mine) / world_size
+    return _rank_mean(statistics.median(together) / statistics.median(alone), device)
 
 
-def lockstep_wait(world_size: int, reps: int = 60, work: int = 12) -> float:
+def lockstep_wait(world_size: int, device, reps: int = 60, work: int = 12) -> float:
     """Seconds a rank waits at a sync point for the slowest of the N' ranks when each has the
     same fixed work before it (matmuls, one thread): the host's time-sharing made visible
     (other processes' load desynchronises ranks that no per-rank sample at a smaller N shows).
-    The ranks' mean of each one's trimmed mean wait; 0 at one rank."""
+    The ranks' mean of each one's trimmed mean wait; 0 at one rank. The work is host work on
+    GPUs too: what it shows is the ranks' host threads sharing cores, which delays the
+    launches of their device work alike."""
     import time
 
     import torch
@@ -157,6 +193,4 @@ def lockstep_wait(world_size: int, reps: int = 60, work: int = 12) -> float:
         own = time.perf_counter() - start
         dist.barrier()  # the sync point: every rank waits here for the slowest
         waits.append(time.perf_counter() - start - own)
-    mine = torch.tensor([trimmed_mean(waits[2:])], dtype=torch.float64)
-    dist.all_reduce(mine)
-    return float(mine) / world_size
+    return _rank_mean(trimmed_mean(waits[2:]), device)

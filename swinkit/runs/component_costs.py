@@ -104,10 +104,12 @@ def host_of(run: dict) -> Host:
 def basis_of(run: dict) -> dict:
     """What a prediction of other world sizes keeps of a paired run (torch-free, JSON): its
     component costs, the host's share of it, its buckets' bytes, and what the timings at a
-    target size need (``probe``: the buckets' elements and dtype, the buffers' shapes)."""
+    target size need (``probe``: the buckets' elements and dtype, the buffers' shapes, and the
+    backend, which decides the device the buckets are timed on)."""
     comm = run["local_run"]["ranks"][0]["comm"]
     return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
             "bucket_bytes": list(run["bucket_sizes_bytes"]),
             "probe": {"elements": comm["elements"], "dtype": comm["dtype"],
+                      "backend": run["backend"],
                       "buffer_shapes": run["ranks"][0]["buffer_shapes"]
                       if comm.get("buffer_sync", True) else []}}

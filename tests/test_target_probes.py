@@ -1,0 +1,82 @@
+"""The timings a prediction takes at N' without the model, on the device the run used.
+
+The GPU branch (NCCL ranks timing their buckets on their own GPU) is driven here through its
+decisions; tests/test_gpu.py::test_a_world_size_is_predicted_from_timings_on_the_gpus runs it
+on a GPU for real. Before, every timing launch ran on CPU tensors whatever the backend: on a GPU
+node (auto backend: NCCL) its first collective failed.
+"""
+from __future__ import annotations
+
+import torch
+
+from swinkit.experiments import internode, predict_run
+from swinkit.experiments.target_probes import STAND_IN_SIDE, backward_stand_in, probe_device
+
+
+def test_the_device_follows_the_backend_as_the_run_at_1s_did():
+    assert probe_device("nccl", 3) == torch.device("cuda", 3)  # local rank 3: its own GPU
+    assert probe_device("gloo", 3) == torch.device("cpu")  # gloo ranks train on CPU
+
+
+def test_backwards_stand_in_on_a_gpu_is_timed_between_waits_for_the_device():
+    """GPU kernels are queued: a chunk timed without waiting for the device would time the
+    launches. The matrix is the GPU's size, on the rank's device."""
+    made, waited = [], []
+
+    def randn(*shape, device):
+        made.append((shape, device))
+        return "matrix"
+
+    gpu = torch.device("cuda", 1)
+    a, wait = backward_stand_in(gpu, randn=randn, synchronize=waited.append)
+    wait()
+    assert a == "matrix" and made == [((2048, 2048), gpu)] and waited == [gpu]
+    cpu = torch.device("cpu")
+    a, wait = backward_stand_in(cpu, synchronize=waited.append)
+    wait()
+    assert tuple(a.shape) == (STAND_IN_SIDE["cpu"],) * 2 and a.device == cpu
+    assert waited == [gpu]  # nothing queued on CPU: no wait
+
+
+def _basis(backend=None):
+    probe = {"elements": [[10], [20]], "dtype": "float32", "buffer_shapes": []}
+    if backend:
+        probe["backend"] = backend
+    return {"probe": probe, "host": {"loader_workers": 0}}
+
+
+def test_timings_at_n_go_over_the_backend_the_basis_ran_on(monkeypatch):
+    launched = []
+
+    class Done:
+        result = {"ranks": [{"rank": 0, "images_per_s": 5.0, "bucket_comm_s": [1e-3, 2e-3],
+                             "broadcast_s": 0.0, "sync_wait_s": 0.0, "compute_slowdown": 1.0,
+                             "contention": {}}]}
+
+    def launch(entry, kwargs, lc, quiet):
+        launched.append(lc.backend)
+        return Done()
+
+    monkeypatch.setattr(predict_run, "launch", launch)
+    target = predict_run.measure_target("test", 2, _basis("nccl"), progress=lambda s: None)
+    assert target.bucket_comm_s == [1e-3, 2e-3]
+    predict_run.measure_target("test", 2, _basis("gloo"), progress=lambda s: None)
+    predict_run.measure_target("test", 2, _basis(), progress=lambda s: None)  # kept before
+    assert launched == ["nccl", "gloo", "auto"]
+
+
+def test_the_simulated_nodes_talk_gloo_on_a_gpu_machine_too(monkeypatch):
+    """Two "nodes" of one rank on one host would both take GPU 0 under NCCL, which NCCL
+    refuses; what they time is the loopback link's plumbing, which gloo carries anywhere."""
+    backends = []
+
+    class Done:
+        result = {"ranks": [{"rank": 0, "bucket_comm_s": [1e-3, 2e-3]}]}
+
+    def launch(entry, kwargs, cfg, run_dir, quiet):
+        backends.append(cfg.backend)
+        return Done()
+
+    monkeypatch.setattr(internode, "launch", launch)
+    assert internode.time_across_nodes([4000, 8000], progress=lambda s: None) == [1e-3, 2e-3]
+    assert backends == ["gloo", "gloo"]
