@@ -77,20 +77,19 @@ def stop_when_orphaned(supervisor_pid: int, poll_s: float = 0.5) -> threading.Th
     return thread
 
 
-def _raise_on_sigterm(signum, frame):
-    # until torch's own handler takes over (once its workers start), SIGTERM (the supervisor
-    # stopping us, or the orphan watch) must still run main's finally
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
     job = json.loads((run_dir / "job.json").read_text())
     supervisor = job.get("supervisor_pid", os.getppid())
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    if os.getppid() != supervisor:  # killed while this process started: start nothing
+        if job.get("temporary"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return 1
+    # (SIGTERM keeps Python's default until torch's agent handles it, once its workers start:
+    # a handler of ours would wait for the rendezvous's blocking calls to return)
+    stop_when_orphaned(supervisor)
     node_rank = job["launch"]["node_rank"]
     try:
-        stop_when_orphaned(supervisor)
         elastic_launch(elastic_config(job, run_dir / "elastic"), rank_main)(str(run_dir))
     except ChildFailedError as exc:
         failures = {str(rank): {"exitcode": f.exitcode, "signal": _signal_name(f.exitcode),
