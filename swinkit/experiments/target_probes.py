@@ -74,14 +74,19 @@ STAND_IN_SIDE = {"cpu": 160, "cuda": 2048}
 
 
 def backward_stand_in(device, randn=None, synchronize=None):
-    """(a square matrix on ``device``, a wait for the device's queued work): on a GPU the
-    products are queued, so a chunk is timed between two waits; on CPU nothing is queued."""
+    """(a square matrix on ``device``, a wait for the products queued on it): on a GPU they
+    are queued, so a chunk is timed between two waits; on CPU nothing is queued. The wait is
+    for this thread's stream alone (``synchronize(device)`` stands in for it in tests):
+    torch.cuda.synchronize would also wait for the all-reduces the load thread runs beside
+    the chunk on a stream of its own, and read them as slowed compute."""
     import torch
     randn = randn or torch.randn
     a = randn(STAND_IN_SIDE[device.type], STAND_IN_SIDE[device.type], device=device)
     if device.type != "cuda":
         return a, lambda: None
-    synchronize = synchronize or torch.cuda.synchronize
+    if synchronize is None:
+        stream = torch.cuda.current_stream(device)
+        return a, stream.synchronize
     return a, lambda: synchronize(device)
 
 
