@@ -229,6 +229,27 @@ def test_the_load_stream_is_drawn_once_per_device_and_none_on_cpu(one_rank_group
     assert len(load.rounds) == 1 and len(factory.calls) == 1
 
 
+def test_the_load_rounds_are_timed_by_device_events_where_given(one_rank_group):
+    """On GPU a round under load is read from events on its stream, as the round alone it is
+    divided by (event_timed): a host clock would add a launch and a wake-up to each. Stand-in
+    events 7 ms apart: every round reads 7 ms, whatever the host clock says."""
+    class Event:
+        clock = [0.0]
+
+        def record(self):
+            Event.clock[0] += 7.0
+            self.at = Event.clock[0]
+
+        def elapsed_time(self, other):
+            return other.at - self.at
+
+    load = CommLoad([[4], [8]], torch.float32, torch.device("cpu"), events=Event)
+    load.finish()
+    load.start()
+    load.join_or_raise(timeout_s=30)
+    assert load.rounds == [0.007]
+
+
 def test_more_side_streams_than_the_pool_holds_warn_once():
     streams = SideStreams(FakeFactory())
     cuda0 = torch.device("cuda", 0)

@@ -90,10 +90,14 @@ class CommLoad(threading.Thread):
     """All-reduce ``sizes`` (element counts per bucket, each bucket's collectives back to back)
     on a group of its own until every rank has called :meth:`finish`; seconds per round in
     ``rounds``. On CUDA the collectives go on a stream of this thread, so that waiting for them
-    does not wait for the training loop's kernels."""
+    does not wait for the training loop's kernels, and each round is timed by device events on
+    that stream: the round it is compared with, alone, is timed so
+    (:func:`~swinkit.measure.timing.event_timed`), and a host clock would add a launch and a
+    wake-up to every round. ``events``: the event factory (CUDA events by default on GPU;
+    stand-ins in tests)."""
 
     def __init__(self, sizes: list[list[int]], dtype, device: torch.device,
-                 streams: SideStreams = SIDE_STREAMS):
+                 streams: SideStreams = SIDE_STREAMS, events: Callable | None = None):
         super().__init__(name="swinkit-comm-load", daemon=True)
         # A group of its own (made collectively, here, on every rank): the training loop may
         # use the world group meanwhile (SyncBN on GPU presets), and two threads' collectives
@@ -103,6 +107,7 @@ class CommLoad(threading.Thread):
                         for entry in sizes]
         self.device = device
         self.streams = streams
+        self.events = events
         self.flag = torch.ones(1, dtype=torch.int32, device=device)
         self.go_on = True
         self.rounds: list[float] = []
@@ -116,21 +121,29 @@ class CommLoad(threading.Thread):
         try:
             stream = load_stream(self.device, self.streams)
             if stream is not None:
+                events = self.events or (lambda: torch.cuda.Event(enable_timing=True))
                 with torch.cuda.stream(stream):
-                    self._loop(stream.synchronize)
+                    self._loop(stream.synchronize, events)
             else:
-                self._loop(None)
+                self._loop(None, self.events)
         except BaseException as exc:  # re-raised by the main thread (see ``join_or_raise``)
             self.error = exc
 
-    def _loop(self, sync) -> None:
+    def _loop(self, sync, events: Callable | None) -> None:
         while True:
             start = time.perf_counter()
+            if events:
+                begin, end = events(), events()
+                begin.record()
             for entry in self.tensors:
                 for t in entry:
                     dist.all_reduce(t, group=self.group)
-            sync and sync()
-            self.rounds.append(time.perf_counter() - start)
+            if events:
+                end.record()
+            if sync:
+                sync()
+            self.rounds.append(begin.elapsed_time(end) / 1e3 if events
+                               else time.perf_counter() - start)
             self.flag.fill_(1 if self.go_on else 0)
             dist.all_reduce(self.flag, op=dist.ReduceOp.MIN, group=self.group)
             if int(self.flag.item()) == 0:
