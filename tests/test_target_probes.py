@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from swinkit.experiments import internode, predict_run
-from swinkit.experiments.target_probes import STAND_IN_SIDE, backward_stand_in, probe_device
+from swinkit.experiments.target_probes import STAND_IN_SIDE, backward_stand_in
+from swinkit.rank.devices import rank_device
 
 
 def test_the_device_follows_the_backend_as_the_run_at_1s_did():
-    assert probe_device("nccl", 3) == torch.device("cuda", 3)  # local rank 3: its own GPU
-    assert probe_device("gloo", 3) == torch.device("cpu")  # gloo ranks train on CPU
+    assert rank_device("nccl", 3) == torch.device("cuda", 3)  # local rank 3: its own GPU
+    assert rank_device("gloo", 3) == torch.device("cpu")  # gloo ranks train on CPU
 
 
 def test_backwards_stand_in_on_a_gpu_is_timed_between_waits_for_the_device():

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from swinkit.faults import current_fault
 from swinkit.measure.timing import timed
+from swinkit.rank.devices import rank_device
 
 LAYOUTS = ("backbone_flat", "segmentor_flat", "ddp_buckets", "preset_buckets")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -123,7 +124,7 @@ def allreduce_rank(rank, samples: int = 7, warmup: int = 2, layouts=LAYOUTS, dty
     """Rank entry point: time every (layout, dtype); check correctness; time a bare loop.
 
     ``sizes`` replaces the thesis model's layouts (element counts per tensor), for tests."""
-    device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = rank_device(dist.get_backend(), rank.local_rank)
     sizes = sizes or gradient_layouts(device, preset)
     fault = current_fault()
     corrupt = bool(fault and fault.kind == "corrupt_allreduce" and fault.on_rank(rank.rank))

@@ -8,13 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-
-def probe_device(backend: str, local_rank: int):
-    """Where a rank's timings at N' run: the device the run predicted from used, which its
-    backend decided (NCCL ranks train on their GPU, gloo ranks on CPU whatever the preset
-    says: swinkit.runs.ddp_run), so the buckets are timed as the model's are sent."""
-    import torch
-    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+from swinkit.rank.devices import rank_device
 
 
 def _rank_mean(value: float, device) -> float:
@@ -38,7 +32,8 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     from swinkit.components.loader_throughput import loader_rank
     from swinkit.rank.collective_timing import time_collectives
 
-    device = probe_device(dist.get_backend(), rank.local_rank)
+    # the device the run predicted from used (its backend, recorded in the basis, is ours)
+    device = rank_device(dist.get_backend(), rank.local_rank)
     # the stand-in's reading moves by several per cent from one moment to the next (the host's
     # other tenants), now and then by 10 %: four readings spread over the launch, their median
     slowdowns = [stand_in_slowdown(rank.rank, rank.world_size, device)]

@@ -36,6 +36,7 @@ from swinkit.measure.ddp_hooks import bucket_sizes_bytes
 from swinkit.measure.timeline import phase_durations
 from swinkit.rank.collective_timing import time_collectives
 from swinkit.rank.ddp import ddp_rank
+from swinkit.rank.devices import rank_device
 
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
@@ -47,7 +48,7 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
     the real N-rank group. ``comm_scale``: an injected slower link (each collective moves that
     many times its bytes)."""
     options = kwargs.get("ddp_options") or {}
-    device = torch.device("cuda", rank.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = rank_device(dist.get_backend(), rank.local_rank)
 
     def payloads(bucket_sizes_bytes, shapes):
         sizes, dtype = bucket_payloads(bucket_sizes_bytes, shapes, options.get("comm_hook"),

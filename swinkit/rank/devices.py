@@ -10,6 +10,14 @@ class EngineUnavailable(ValueError):
     """The engine cannot run on this machine (the message says why); asv skips it."""
 
 
+def rank_device(backend: str, local_rank: int):
+    """The device a rank works on, which its backend decides: NCCL ranks on their own GPU
+    (cuda:local_rank), gloo ranks on CPU whatever the preset says (as swinkit.runs.ddp_run
+    builds the model), so what a rank times is where the model's tensors live."""
+    import torch
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+
+
 def gpu_count() -> int:
     import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
