@@ -111,6 +111,26 @@ def pytest_runtest_setup(item) -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temp_dir_inside_pytests(tmp_path_factory):
+    """The session's temp dir (TMPDIR, inherited by every launched process) inside pytest's
+    own base folder, which pytest prunes to its last three sessions. A failed launch keeps its
+    run folder in the temp dir by design (its rank records are the evidence), and the fault
+    tests fail a dozen launches per session: in /tmp they piled up, a dozen per run of the
+    suite."""
+    import tempfile
+    scratch = tmp_path_factory.mktemp("tmp")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # re-read TMPDIR in this process
+    yield scratch
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
+
+
 @pytest.fixture(scope="session")
 def data_root(tmp_path_factory):
     from swinkit.data.synthetic import write_synthetic_ade20k
