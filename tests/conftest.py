@@ -112,16 +112,17 @@ def pytest_runtest_setup(item) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def temp_dir_inside_pytests(tmp_path_factory):
-    """The session's temp dir (TMPDIR, inherited by every launched process) inside pytest's
-    own base folder, which pytest prunes to its last three sessions. A failed launch keeps its
-    run folder in the temp dir by design (its rank records are the evidence), and the fault
-    tests fail a dozen launches per session: in /tmp they piled up, a dozen per run of the
-    suite."""
+def temp_dir_of_the_session(request):
+    """The session's temp dir (TMPDIR, inherited by every launched process): a short folder
+    of its own in the usual one, removed after a session without failures. A failed launch
+    keeps its run folder in the temp dir by design (its rank records are the evidence), and
+    the fault tests fail a dozen launches per session: in /tmp they piled up with every run
+    of the suite. Short: DataLoader workers and asv's fork server bind Unix sockets inside it,
+    whose paths Linux caps at 107 characters (pytest's own base folder is 29 longer)."""
     import tempfile
-    scratch = tmp_path_factory.mktemp("tmp")
     before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(scratch)
+    scratch = tempfile.mkdtemp(prefix="swk-")
+    os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None  # re-read TMPDIR in this process
     yield scratch
     if before is None:
@@ -129,6 +130,8 @@ def temp_dir_inside_pytests(tmp_path_factory):
     else:
         os.environ["TMPDIR"] = before
     tempfile.tempdir = None
+    if request.session.testsfailed == 0:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -229,6 +229,9 @@ def test_the_machine_is_the_one_asv_files_this_hosts_results_under(tmp_path, mon
     machines.write_text('{"version": 1, "node1": {"machine": "node1"}, '
                         '"node3": {"machine": "node3"}}')
     assert run_suite.asv_machine(machines) is None
+    # asv files results under the entry's "machine" field, which `asv machine` lets differ
+    machines.write_text('{"version": 1, "node2": {"machine": "gpu-box"}}')
+    assert run_suite.asv_machine(machines) == "gpu-box"
 
 
 def test_one_failed_loader_setting_fails_only_itself():

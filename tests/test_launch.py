@@ -16,6 +16,7 @@ Rows covered here (each on 2 gloo ranks, each followed by an orphan check):
  15 leftovers          test_atomic.py (stale lock taken over, live lock respected)
 """
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -275,6 +276,45 @@ def test_an_agent_whose_supervisor_died_before_it_looked_starts_no_ranks(tmp_pat
     assert agent.returncode != 0, agent.stderr[-2000:]
     assert not run_dir.exists()
     assert not list(tmp_path.rglob("hb-rank*.json"))
+
+
+@pytest.mark.slow
+def test_an_agent_orphaned_in_the_rendezvous_removes_its_temp_folder(tmp_path, no_orphans):
+    """Until torch's agent starts workers SIGTERM has Python's default action, which runs no
+    finally: an agent waiting in the rendezvous (here for a second node that never comes) when
+    its supervisor is killed removes the folder before it stops itself."""
+    from dataclasses import asdict
+    run_dir = tmp_path / "swinkit-run-rendezvous"
+    run_dir.mkdir()
+    cfg = LaunchConfig(world_size=1, nnodes=2, node_rank=0, join_timeout_s=120.0,
+                       rdzv_endpoint=f"localhost:{free_port()}")
+    supervisor = subprocess.Popen([sys.executable, "-c", (
+        "import json, os, subprocess, sys, time\n"
+        f"run_dir = {str(run_dir)!r}\n"
+        f"job = dict(entry={ENTRY!r}, kwargs={{'steps': 2}}, launch={asdict(cfg)!r},\n"
+        f"           backend='gloo', endpoint={cfg.rdzv_endpoint!r}, run_id='r', temporary=True,\n"
+        "           supervisor_pid=os.getpid())\n"
+        "open(run_dir + '/job.json', 'w').write(json.dumps(job))\n"
+        "agent = subprocess.Popen([sys.executable, '-m', 'swinkit.launch.agent', run_dir],\n"
+        "                         start_new_session=True)\n"
+        "print(agent.pid, flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    agent = int(supervisor.stdout.readline())
+    time.sleep(8)  # the agent imports torch and waits in the rendezvous for node 1
+    assert run_dir.exists()
+    supervisor.kill()
+    supervisor.wait()
+    deadline = time.monotonic() + 15
+    while run_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not run_dir.exists()
+    try:
+        os.kill(agent, 0)
+        time.sleep(2)
+        os.kill(agent, 0)
+        pytest.fail(f"agent {agent} still running")
+    except ProcessLookupError:
+        pass
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ node (auto backend: NCCL) its first collective failed.
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 from swinkit.experiments import internode, predict_run
@@ -19,21 +20,32 @@ def test_the_device_follows_the_backend_as_the_run_at_1s_did():
     assert rank_device("gloo", 3) == torch.device("cpu")  # gloo ranks train on CPU
 
 
-def test_backwards_stand_in_on_a_gpu_is_timed_between_waits_for_the_device():
+def test_backwards_stand_in_on_a_gpu_waits_for_its_own_stream_only(monkeypatch):
     """GPU kernels are queued: a chunk timed without waiting for the device would time the
-    launches. The matrix is the GPU's size, on the rank's device."""
+    launches; waiting for the whole device (torch.cuda.synchronize) would also wait for the
+    load thread's all-reduces beside it. The matrix is the GPU's size, on the rank's device."""
     made, waited = [], []
 
     def randn(*shape, device):
         made.append((shape, device))
         return "matrix"
 
+    class Stream:
+        def __init__(self, device):
+            self.device = device
+
+        def synchronize(self):
+            waited.append(self.device)
+
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda *a: pytest.fail("waited for every stream of the device"))
     gpu = torch.device("cuda", 1)
-    a, wait = backward_stand_in(gpu, randn=randn, synchronize=waited.append)
+    a, wait = backward_stand_in(gpu, randn=randn)
     wait()
     assert a == "matrix" and made == [((2048, 2048), gpu)] and waited == [gpu]
     cpu = torch.device("cpu")
-    a, wait = backward_stand_in(cpu, synchronize=waited.append)
+    a, wait = backward_stand_in(cpu)
     wait()
     assert tuple(a.shape) == (STAND_IN_SIDE["cpu"],) * 2 and a.device == cpu
     assert waited == [gpu]  # nothing queued on CPU: no wait

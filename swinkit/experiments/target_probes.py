@@ -68,21 +68,18 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
 STAND_IN_SIDE = {"cpu": 160, "cuda": 2048}
 
 
-def backward_stand_in(device, randn=None, synchronize=None):
+def backward_stand_in(device, randn=None):
     """(a square matrix on ``device``, a wait for the products queued on it): on a GPU they
     are queued, so a chunk is timed between two waits; on CPU nothing is queued. The wait is
-    for this thread's stream alone (``synchronize(device)`` stands in for it in tests):
-    torch.cuda.synchronize would also wait for the all-reduces the load thread runs beside
-    the chunk on a stream of its own, and read them as slowed compute."""
+    for this thread's stream alone: torch.cuda.synchronize would also wait for the
+    all-reduces the load thread runs beside the chunk on a stream of its own, and read them
+    as slowed compute."""
     import torch
     randn = randn or torch.randn
     a = randn(STAND_IN_SIDE[device.type], STAND_IN_SIDE[device.type], device=device)
     if device.type != "cuda":
         return a, lambda: None
-    if synchronize is None:
-        stream = torch.cuda.current_stream(device)
-        return a, stream.synchronize
-    return a, lambda: synchronize(device)
+    return a, torch.cuda.current_stream(device).synchronize
 
 
 def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,

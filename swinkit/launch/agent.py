@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -55,7 +56,8 @@ def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
 ORPHANED = threading.Event()
 
 
-def stop_when_orphaned(supervisor_pid: int, poll_s: float = 0.5) -> threading.Thread:
+def stop_when_orphaned(supervisor_pid: int, on_orphan=None,
+                       poll_s: float = 0.5) -> threading.Thread:
     """Stop this agent and its ranks when the supervisor that started it is gone.
 
     The supervisor is the agent's parent and its only watchdog. Killed outright (SIGKILL: a
@@ -66,11 +68,15 @@ def stop_when_orphaned(supervisor_pid: int, poll_s: float = 0.5) -> threading.Th
     change of parent and sends this process SIGTERM, which the elastic agent turns into
     stopping its workers; :data:`ORPHANED` is set first. The supervisor's pid comes from
     job.json, written before the agent started: a parent read here, after torch's import,
-    would already be init's if the supervisor died in that second."""
+    would already be init's if the supervisor died in that second. ``on_orphan`` runs first
+    where SIGTERM still has Python's default action (before torch's agent starts workers, in
+    the rendezvous, which can last minutes): that ends the process with no ``finally``."""
     def watch() -> None:
         while os.getppid() == supervisor_pid:
             time.sleep(poll_s)
         ORPHANED.set()
+        if on_orphan is not None and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            on_orphan()
         os.kill(os.getpid(), signal.SIGTERM)
     thread = threading.Thread(target=watch, name="swinkit-parent-watch", daemon=True)
     thread.start()
@@ -80,14 +86,19 @@ def stop_when_orphaned(supervisor_pid: int, poll_s: float = 0.5) -> threading.Th
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
     job = json.loads((run_dir / "job.json").read_text())
-    supervisor = job.get("supervisor_pid", os.getppid())
-    if os.getppid() != supervisor:  # killed while this process started: start nothing
+    def remove_if_temporary() -> None:  # nobody is left to read or remove the folder
         if job.get("temporary"):
             shutil.rmtree(run_dir, ignore_errors=True)
-        return 1
+
+    supervisor = job.get("supervisor_pid", os.getppid())
+    if os.getppid() != supervisor:
+        if not psutil.pid_exists(supervisor):  # killed while this process started
+            remove_if_temporary()
+            return 1
+        supervisor = os.getppid()  # started through a wrapper that forks: watch the parent
     # (SIGTERM keeps Python's default until torch's agent handles it, once its workers start:
     # a handler of ours would wait for the rendezvous's blocking calls to return)
-    stop_when_orphaned(supervisor)
+    stop_when_orphaned(supervisor, on_orphan=remove_if_temporary)
     node_rank = job["launch"]["node_rank"]
     try:
         elastic_launch(elastic_config(job, run_dir / "elastic"), rank_main)(str(run_dir))
@@ -97,10 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                     for rank, f in exc.failures.items()}
         write_json_atomic(run_dir / f"agent-failures-node{node_rank}.json", failures)
         return 1
-    finally:  # the workers are stopped by now; nobody is left to read or remove the folder
-        orphaned = ORPHANED.is_set() or os.getppid() != supervisor  # or died since the last poll
-        if orphaned and job.get("temporary"):
-            shutil.rmtree(run_dir, ignore_errors=True)
+    finally:  # the workers are stopped by now
+        if ORPHANED.is_set() or os.getppid() != supervisor:  # or died since the last poll
+            remove_if_temporary()
     return 0
 
 
