@@ -86,6 +86,7 @@ def stop_when_orphaned(supervisor_pid: int, on_orphan=None,
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv or sys.argv[1:])[0])
     job = json.loads((run_dir / "job.json").read_text())
+
     def remove_if_temporary() -> None:  # nobody is left to read or remove the folder
         if job.get("temporary"):
             shutil.rmtree(run_dir, ignore_errors=True)
