@@ -146,6 +146,23 @@ def test_wait_timed_at_the_sync_points_when_it_exceeds_the_samples_spread():
     assert wide["jitter_s"] == pytest.approx(0.082843, abs=1e-5)
 
 
+def test_the_wait_in_the_models_rhythm_replaces_the_wait_per_sync_point():
+    """Timed in the model's rhythm, a rank lost 0.03 s a step waiting for the slowest: that
+    is the wait (not 0.05 s at each of the 2 buckets, 0.1 s), on the network example's 1.1 s
+    step; per micro-batch with 2 of them a step (0.015 s); nothing at one rank."""
+    pred = predict_at(one_rank_costs(), Target(2, [0.2, 0.1], sync_wait_s=0.05,
+                                               iteration_wait_s=0.03), BIG_HOST)
+    assert pred["sync_points_wait_s"] == pytest.approx(0.03)
+    assert pred["predicted_iter_s"] == pytest.approx(1.13)
+    two = one_rank_costs()
+    two["grad_accum"] = 2
+    two["ranks"][0]["positions"] *= 2
+    got = predict_at(two, Target(2, [0.0, 0.0], iteration_wait_s=0.03), BIG_HOST)
+    assert got["sync_points_wait_s"] == pytest.approx(0.015)
+    alone = predict_at(one_rank_costs(), Target(1, [0.0, 0.0], iteration_wait_s=0.03), BIG_HOST)
+    assert alone["sync_points_wait_s"] == 0.0
+
+
 def test_overcommitted_ranks_take_the_timed_wait_not_independent_draws():
     """4 ranks on 2 cores: the samples' spread (max of 4 draws of 0.8..1.2 s, x2 for the
     shared cores) would add 2 x (quantile 0.5^(1/4) = 0.8409 at position 3.3636: 1.13636 s
@@ -343,6 +360,48 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["targets"][2]["slowdown"] for row in out["launches"]] == [1.0, pytest.approx(1.1)]
     assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.0, 1.2]
+
+
+def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_beside_them(monkeypatch):
+    """With ``same_launch`` each launch is the timings at 2 and then one launch of 2 with solo
+    steps: no separate run at 1. The prediction is made from that launch's solo steps (the
+    basis of "solo_run", T(1) its iteration 1.0 s, then 1.5 s) and scored against its DDP
+    steps (2.0 s), the paired oracle from its local steps."""
+    from swinkit.experiments import predict_run
+
+    events, t1s, scored = [], iter([1.0, 1.5]), []
+
+    def run_ddp(spec, progress):
+        events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else "")
+                      + (" solo" if spec.solo else ""))
+        solo = {"per_batch_s": next(t1s)} if spec.solo else None
+        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo}
+
+    def measure_target(preset, ws, basis, progress):
+        events.append(f"timings at {ws}")
+        return Target(ws, [0.0])
+
+    def predict_one(basis, t1, target, injection):
+        events.append(f"prediction from {basis['part']}")
+        return {"t1_s": t1}
+
+    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
+    monkeypatch.setattr(predict_run, "measure_target", measure_target)
+    monkeypatch.setattr(predict_run, "predict_one", predict_one)
+    monkeypatch.setattr(predict_run, "basis_of", lambda run, part="local_run": {"part": part})
+    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: run)
+    monkeypatch.setattr(predict_run, "score_against",
+                        lambda pred, measured, paired: scored.append((measured, paired)))
+    out = predict_run.held_out("test", [1, 2], [1], repeats=2, same_launch=True,
+                               progress=lambda *a: None)
+    launch = ["timings at 2", "run 2 solo", "prediction from solo_run"]
+    assert events == ["run 1 short"] + launch + launch
+    assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
+    assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
+    assert scored == [(2.0, "the local steps")] * 2 and out["same_launch"]
+    for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
+        with pytest.raises(ValueError, match="--same-launch"):
+            predict_run.held_out("test", [1, 2, 4], sources, score=score, same_launch=True)
 
 
 def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_timings():

@@ -125,6 +125,13 @@ def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_
     assert "[world size" not in out.stdout + out.stderr
 
 
+def test_same_launch_is_refused_before_anything_runs_unless_it_predicts_from_1():
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2,4", "--predict-from",
+                     "1,2", "--same-launch")
+    assert out.returncode == 2 and "--same-launch predicts from world size 1" in out.stderr
+    assert "[world size" not in out.stdout + out.stderr
+
+
 def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
     """Refused before any process starts: nothing to predict, or no buckets to time."""
     path = tmp_path / "stored.json"
@@ -240,4 +247,24 @@ def test_held_out_run_on_the_test_preset(tmp_path):
     assert set(two["accuracy"]) >= {"model", "perfect", "plus_allreduce", "paired"}
     # the timings at 2 went over the backend the run at 1 used (on a GPU node: NCCL, GPUs)
     assert data["launches"][0]["basis"]["probe"]["backend"] == "gloo"
+    # the wait in the model's rhythm was timed at 2 (a median round is never below the
+    # median of the work inside it) and is the wait the prediction took
+    wait = data["launches"][0]["timed"]["2"]["iteration_wait_s"]
+    assert wait >= 0 and two["sync_points_wait_s"] == pytest.approx(wait)
     assert "world size 2, accuracy per launch" in out.stdout
+
+
+@pytest.mark.slow
+def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
+    """--same-launch: the run at 1 made inside the launch at 2 (rank 0 alone), the
+    prediction from it scored against the DDP steps beside it; no figure asserted."""
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--same-launch", "--iters", "4", "--repeats", "1",
+                     "--json", str(tmp_path / "s.json"), timeout=600)
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "s.json").read_text())
+    row = data["launches"][0]
+    two = row["targets"]["2"]
+    assert data["same_launch"] and row["basis"]["costs"]["world_size"] == 1
+    assert two["t1_s"] == row["measured_from"]["1"] and "paired" in two["accuracy"]
+    assert "rank 0 alone" in out.stdout and "world size 2, accuracy per launch" in out.stdout

@@ -55,7 +55,10 @@ def _basis(backend=None):
     probe = {"elements": [[10], [20]], "dtype": "float32", "buffer_shapes": []}
     if backend:
         probe["backend"] = backend
-    return {"probe": probe, "host": {"loader_workers": 0}}
+    phases = {"data_wait": 0.01, "forward": 0.02, "backward": 0.03, "optimizer": 0.01}
+    costs = {"grad_accum": 1, "buffer_sync": True,
+             "ranks": [{"positions": [{"phases_s": phases, "bucket_ready_s": []}]}]}
+    return {"probe": probe, "host": {"loader_workers": 0}, "costs": costs}
 
 
 def test_timings_at_n_go_over_the_backend_the_basis_ran_on(monkeypatch):
@@ -68,6 +71,8 @@ def test_timings_at_n_go_over_the_backend_the_basis_ran_on(monkeypatch):
 
     def launch(entry, kwargs, lc, quiet):
         launched.append(lc.backend)
+        # the model's rhythm goes with them: forward + backward, then the rest and loading
+        assert kwargs["segments_s"] == pytest.approx([0.05, 0.02])
         return Done()
 
     monkeypatch.setattr(predict_run, "launch", launch)
@@ -93,3 +98,29 @@ def test_the_simulated_nodes_talk_gloo_on_a_gpu_machine_too(monkeypatch):
     monkeypatch.setattr(internode, "launch", launch)
     assert internode.time_across_nodes([4000, 8000], progress=lambda s: None) == [1e-3, 2e-3]
     assert backends == ["gloo", "gloo"]
+
+
+def test_the_models_rhythm_splits_a_step_at_its_meetings():
+    """Two micro-batches a step (data 5, forward 20, backward 30, optimizer and the rest 4 ms
+    in the second): the ranks meet at the last bucket (after 5 + 20 + 30 + 20 + 30 = 105 ms
+    less the first batch's loading, 100 ms) and at the next forward's buffer broadcast (the
+    last micro-batch's exposed comm, optimizer and rest, 1 + 4 + 1, and the next loading, 5:
+    11 ms); without a buffer sync, one meeting, the whole step."""
+    from swinkit.experiments.target_probes import meeting_segments
+
+    first = {"data_wait": 0.005, "forward": 0.02, "backward": 0.03}
+    last = {**first, "exposed_comm": 0.001, "optimizer": 0.004, "other": 0.001}
+    costs = {"grad_accum": 2, "buffer_sync": True,
+             "ranks": [{"positions": [{"phases_s": first, "bucket_ready_s": []},
+                                      {"phases_s": last, "bucket_ready_s": []}]}]}
+    assert meeting_segments(costs) == pytest.approx([0.105, 0.011])
+    assert meeting_segments({**costs, "buffer_sync": False}) == pytest.approx([0.116])
+
+
+def test_the_rhythm_is_not_timed_on_gpus_or_alone():
+    """On a GPU the model's segments are device time and the stand-in is host work: no
+    reading (the lockstep's stands); at one rank nobody waits. Neither touches a collective."""
+    from swinkit.experiments.target_probes import rhythm_wait
+
+    assert rhythm_wait(2, torch.device("cuda", 0), [0.06, 0.017]) is None
+    assert rhythm_wait(1, torch.device("cpu"), [0.06, 0.017]) is None

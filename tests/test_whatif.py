@@ -380,6 +380,12 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
                                               ("local", 1)]
     assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
+    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too
+    assert schedule(0, 4, 2, paired=True, solo=True) == [
+        ("ddp", 0), ("ddp", 1), ("solo", 0), ("solo", 1), ("local", 0), ("local", 1),
+        ("ddp", 2), ("ddp", 3), ("solo", 2), ("solo", 3), ("local", 2), ("local", 3)]
+    with pytest.raises(ValueError, match="paired"):
+        schedule(1, 2, 1, paired=False, solo=True)
 
 
 def test_time_between_end_and_begin_belongs_to_no_iteration():
@@ -451,6 +457,39 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     assert pred["predicted_iter_s"] > 0 and pred["contention"]
     with pytest.raises(ValueError, match="paired"):
         DDPRunSpec(preset="test", local=True, paired=True).validate()
+
+
+@pytest.mark.slow
+def test_solo_steps_run_rank_0_alone_between_the_paired_steps(no_orphans):
+    """A paired launch of 2 with solo steps: rank 0 also runs steps alone over its group of
+    one (no meeting, nothing over the 2 ranks) while rank 1 idles; rank 1's own steps and its
+    per-iteration clocks are those of a paired run (the idle time is in no iteration). The
+    injection on rank 0 reaches its DDP and local steps, not its solo ones (the run at 1 a
+    prediction starts from is clean), and the solo steps come back as a run at world size 1."""
+    from swinkit.injection import Injection
+    from swinkit.runs.component_costs import basis_of
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
+    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True, solo=True,
+                      injection=Injection(compute_ms=30, ranks=(0,)))
+    out = run_ddp(spec)
+    zero, one = out["ranks"]
+    assert "solo" not in one and len(zero["solo"]["timeline"]) == 4
+    for rank in (zero, one):
+        assert len(rank["timeline"]) == 6 and len(rank["local"]["iteration"]) == 4
+        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
+            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
+    solo = [[c["name"] for c in it["collectives"]] for it in zero["solo"]["timeline"]]
+    assert all(any(x.startswith("bucket") for x in n) and "meet" not in n for n in solo)
+    assert zero["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
+    assert zero["local"]["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
+    assert zero["solo"]["injected_s"]["compute"] == [0.0] * 4
+    run1 = out["solo_run"]
+    assert run1["world_size"] == 1 and [r["rank"] for r in run1["ranks"]] == [0]
+    basis = basis_of(out, "solo_run")
+    assert basis["costs"]["world_size"] == 1 and basis["costs"]["contention"] == {}
+    assert basis["costs"]["bucket_comm_s"] == [0.0] * len(out["bucket_sizes_bytes"])
+    with pytest.raises(ValueError, match="paired"):
+        DDPRunSpec(preset="test", solo=True).validate()
 
 
 def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():

@@ -246,6 +246,11 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predict-from", metavar="N1,N2", type=_comma_ints("--predict-from"),
                    help="with --run: predict each --world-sizes size above these from them "
                         "only, then run it and report the error per launch (held out)")
+    p.add_argument("--same-launch", action="store_true",
+                   help="with --run --predict-from 1: make the run at 1 inside each launch at "
+                        "N' (rank 0 alone, the others idle, step by step between the DDP "
+                        "steps), so that the run predicted from and the run scored meet the "
+                        "host's same moments")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (from a stored report: default fitted to its "
@@ -295,7 +300,8 @@ def _predict(args) -> int:
             sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
             report = held_out(args.preset, sizes, sources, iters=args.iters,
                               repeats=args.repeats, score=not args.predict,
-                              injection=parse_injection(args.inject))
+                              injection=parse_injection(args.inject),
+                              same_launch=args.same_launch)
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:
             report, lines = _projection(args)
@@ -325,7 +331,7 @@ def _predict(args) -> int:
 def _from_stored(args, stored: dict) -> dict:
     """Predictions at --predict sizes and --nodes from a stored held-out report, the
     inter-node link stated or (localhost) timed across two simulated nodes here."""
-    from swinkit.experiments.predict_run import from_stored
+    from swinkit.experiments.predict_stored import from_stored
     inter, timed_inter = args.inter_link, None
     if inter == "localhost":
         if not args.nodes:

@@ -23,8 +23,8 @@ on N', and what does is either measured cheaply at N' without the model or model
   draws less the median of one, from the empirical distribution's order statistics: the
   maximum of N' draws is below x with probability F(x)^N', so its median is the
   0.5^(1/N') quantile (:func:`median_max`; :func:`expected_max` gives the mean, reported).
-  The wait timed at N' with equal work on every rank (``sync_wait_s``, per sync point)
-  replaces it where larger, and stands alone where the ranks' threads outnumber the cores
+  The wait timed at N' with equal work on every rank (``iteration_wait_s``: in the model's
+  rhythm between meetings; else ``sync_wait_s`` per sync point) replaces it where larger, and stands alone where the ranks' threads outnumber the cores
   (time-sliced ranks are not independent draws).
 
 Everything this returns is a prediction and carries its assumptions (``assumptions``).
@@ -62,6 +62,9 @@ class Target:
     # a rank's wait at one sync point for the slowest of N' ranks doing equal fixed work,
     # timed at N' (the host's time-sharing); None: not timed
     sync_wait_s: float | None = None
+    # what a rank loses per optimizer step waiting for the slowest when every rank works in
+    # the model's rhythm (its segments between meetings) without the model; None: not timed
+    iteration_wait_s: float | None = None
     # backward vs all-reduce contention rates timed at N' with a stand-in for backward
     contention: dict = field(default_factory=dict)
     # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
@@ -227,6 +230,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # most of the step time-slice the ranks too; they are not counted here: a known limit.)
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
+    if target.iteration_wait_s is not None and n > 1:  # timed in the model's own rhythm
+        desync = target.iteration_wait_s / costs["grad_accum"]
     sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores
     shared = sliced and target.sync_wait_s is not None
     jitter = desync if shared else max(jitter, desync)
@@ -260,10 +265,12 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
         "at world size 1)",
         "per-rank iteration times are independent draws from the measured per-rank, "
         "per-iteration samples; the slowest-of-N' wait is the median of their maximum "
-        "(order statistics of the empirical distribution), or, if larger, the wait per sync "
-        "point timed at N' with equal work on every rank (sync_wait_s) times the sync points "
-        "(buckets + buffer broadcast); where the ranks' own threads outnumber the cores "
-        "(time-sliced, not independent) the timed wait alone",
+        "(order statistics of the empirical distribution), or, if larger, the wait timed at "
+        "N' with equal work on every rank: in the model's rhythm (iteration_wait_s: a "
+        "stand-in's work for as long as the model's segments between meetings) where timed, "
+        "else per sync point (sync_wait_s) times the sync points (buckets + buffer "
+        "broadcast); where the ranks' own threads outnumber the cores (time-sliced, not "
+        "independent) the timed wait alone",
         f"communication: bucket all-reduces and buffer broadcast {target.source}",
         ("contention between backward and all-reduce: the rates measured at world size "
          f"{n0}") if n0 > 1 else (

@@ -18,9 +18,9 @@ import os
 import statistics
 
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
-from swinkit.attribution.links import Link, fit_link_or_bandwidth, ring_target
-from swinkit.attribution.oracle import accuracy
+from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
 from swinkit.data.loader import ensure_data
+from swinkit.experiments.target_probes import meeting_segments
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
 from swinkit.runs.component_costs import basis_of, predict_from
@@ -41,7 +41,9 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
     ranks = launch("swinkit.experiments.target_probes:target_rank",
                    dict(preset=preset, workers=basis["host"]["loader_workers"],
                         elements=probe["elements"], dtype=probe["dtype"],
-                        buffer_shapes=probe["buffer_shapes"]), lc, quiet=True).result["ranks"]
+                        buffer_shapes=probe["buffer_shapes"],
+                        segments_s=meeting_segments(basis["costs"])),
+                   lc, quiet=True).result["ranks"]
     readings = ranks[0].get("compute_slowdowns") or []
     notes = ([f"the stand-in's compute slowdown read {len(readings)} times over the timing "
               f"launch at N': " + ", ".join(f"x{x:.3f}" for x in readings) + "; the median taken"]
@@ -49,6 +51,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
+                  iteration_wait_s=ranks[0].get("iteration_wait_s"),
                   contention=_median_rates(ranks),
                   compute_slowdown=ranks[0].get("compute_slowdown"), notes=notes)
 
@@ -73,16 +76,18 @@ def pooled(history: list[Target]) -> Target:
     slowdowns = ", ".join(f"x{x:.3f}" for x in timed("compute_slowdown"))
     note = (f"the host's sharing at N', averaged over the launches so far: the stand-in's "
             f"slowdown over {len(timed('compute_slowdown'))} ({slowdowns or 'none timed'}), "
-            f"the lockstep wait over {len(timed('sync_wait_s'))}")
+            f"the lockstep wait over {len(timed('sync_wait_s'))}, the wait in the model's "
+            f"rhythm over {len(timed('iteration_wait_s'))}")
     return dataclasses.replace(latest, compute_slowdown=mean("compute_slowdown"),
-                               sync_wait_s=mean("sync_wait_s"), notes=latest.notes + [note])
+                               sync_wait_s=mean("sync_wait_s"),
+                               iteration_wait_s=mean("iteration_wait_s"),
+                               notes=latest.notes + [note])
 
 
 def _median_rates(ranks: list[dict]) -> dict:
     """The ranks' median of each proxy rate (as the component run's rates are combined)."""
-    import statistics as st
     names = {k for r in ranks for k in r.get("contention") or {}}
-    return {k: st.median(r["contention"][k] for r in ranks if k in (r.get("contention") or {}))
+    return {k: statistics.median(r["contention"][k] for r in ranks if k in (r.get("contention") or {}))
             for k in names}
 
 
@@ -125,42 +130,9 @@ def injected_costs(injection: Injection | None, world_size: int, host: Host):
     return ({r: extra for r in ranks} if extra else None), delay
 
 
-def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),
-                inter: Link | None = None) -> dict:
-    """Predictions from a stored ``--predict`` JSON at sizes it did not measure: from its
-    bases, with the ring model's communication (``link``: stated, or fitted to the bucket
-    timings it stored at its targets; ``nodes``: that many nodes of the basis's size each,
-    over the ``inter`` link)."""
-    launches = []
-    for row in stored["launches"]:
-        basis = row["basis"]
-        intra = link or _fitted(row, basis)
-        g = basis["costs"]["world_size"]
-        targets = {str(ws): ring_target(basis["bucket_bytes"], ws, 1, intra) for ws in world_sizes}
-        targets.update({f"{k}x{g}": ring_target(basis["bucket_bytes"], g, k, intra, inter)
-                        for k in nodes})  # k nodes of g ranks
-        t1 = row["t1_s"]
-        launches.append({"launch": row["launch"], "t1_s": t1,
-                         "targets": {key: predict_one(basis, t1, t) for key, t in targets.items()}})
-    sizes = list(launches[0]["targets"]) if launches else []
-    return {"preset": stored["preset"], "from": stored["from"], "targets": sizes,
-            "launches": launches, "summary": {}, "stored": True}
-
-
-def _fitted(row: dict, basis: dict) -> Link:
-    """The link fitted to the bucket all-reduces a stored prediction timed at its targets."""
-    points = [(b, int(ws), t) for ws, p in row["targets"].items()
-              if p.get("comm_source") == "timed at N'"
-              for b, t in zip(basis["bucket_bytes"], p["bucket_comm_s"])]
-    try:
-        return fit_link_or_bandwidth(points)[0]
-    except ValueError as exc:
-        raise ValueError(f"--predict from stored results: {exc}; state the link with "
-                         "--link GBPS,LATENCY_US") from None
-
-
 def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
-             repeats: int = 3, score: bool = True, injection=None, progress=print) -> dict:
+             repeats: int = 3, score: bool = True, injection=None, same_launch: bool = False,
+             progress=print) -> dict:
     """Per launch: time each target size N' without the model, run the ``predict_from_sizes``,
     predict every larger size of ``world_sizes`` from them, then (``score``) run it and score
     the prediction. The timings at N' come first so that the run predicted from is the one
@@ -169,11 +141,9 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     sizes, which one short run at the largest "from" size gives before the first launch.
     The readings of the host's sharing at N' are averaged over the launches so far
     (:func:`pooled`): still all made before the run they predict.
+    ``same_launch``: the run at 1 is made inside the launch at N' (:func:`_same_launch`).
     Returns ``{"launches": [...], "summary": {size: ...}}``."""
-    sources = sorted(set(predict_from_sizes))
-    targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
-    if not targets:
-        raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
+    sources, targets = _sizes(world_sizes, predict_from_sizes, same_launch, score)
     injection = injection or Injection()
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
     specs = {ws: _paired(preset, ws, iters, warmup, injection, images[ws])
@@ -191,6 +161,10 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
         for ws in targets:
             history[ws].append(measure_target(preset, ws, probe_basis, progress))
         averaged = {ws: pooled(history[ws]) for ws in targets}
+        if same_launch:
+            launches.append(_same_launch(specs, averaged, history, injection, k, repeats,
+                                         progress))
+            continue
         runs = {}
         for ws in sources:
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP and its components")
@@ -212,21 +186,49 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
         launches.append(row)
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
             "summary": summarize(launches, targets), "repeatability": repeatability(launches),
-            "injection": injection.to_dict()}
+            "injection": injection.to_dict(), "same_launch": same_launch}
 
 
-def score_against(pred: dict, measured_iter_s: float, paired: dict | None) -> None:
-    """Add to ``pred`` the held-out run's iteration, each predictor's accuracy against it, and
-    the paired oracle of that run (not held out: it shows which term the model missed)."""
-    pred["measured_iter_s"] = measured_iter_s
-    pred["measured_efficiency"] = pred["t1_s"] / measured_iter_s
-    names = [("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
-             ("plus_allreduce_s", "plus_allreduce"), ("no_network_s", "no_network")]
-    if paired:
-        pred["paired_oracle_s"] = paired["predicted_iter_s"]
-        pred["paired_components_s"] = paired["components_s"]  # what the model missed
-        names.append(("paired_oracle_s", "paired"))
-    pred["accuracy"] = {name: accuracy(pred[key], measured_iter_s) for key, name in names}
+def _sizes(world_sizes, predict_from_sizes, same_launch: bool, score: bool):
+    """(the "from" sizes, the target sizes above them), or ValueError naming the option."""
+    sources = sorted(set(predict_from_sizes))
+    targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
+    if not targets:
+        raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
+    if same_launch and (sources != [1] or not score):
+        raise ValueError("--same-launch predicts from world size 1 (--predict-from 1) and scores "
+                         f"the run it is made in (not with --predict); got from {sources}")
+    return sources, targets
+
+
+def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injection, k: int,
+                 repeats: int, progress) -> dict:
+    """One launch per target size N' whose schedule interleaves, step by step, DDP over the
+    N' ranks, the local steps (the paired oracle's components) and *solo* steps: rank 0 alone
+    over its group of one while the other ranks idle at a barrier, world size 1 inside the
+    launch (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps
+    (the basis at 1, and T(1)) and the timings at N' only, then scored against the DDP
+    steps. Runs at 1 and N' in separate launches are a minute apart, and this host's speed
+    wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');
+    interleaved, both meet the same moments. The prediction is computed after the launch,
+    from nothing of its steps at N'."""
+    row = {"launch": k + 1, "measured_from": {}, "targets": {}, "same_launch": True,
+           "load_average": os.getloadavg()[0],
+           "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in averaged}}
+    for ws, target in averaged.items():
+        progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP, its components and rank 0 "
+                 "alone, interleaved step by step")
+        spec = dataclasses.replace(specs[ws], solo=True)
+        run = run_ddp(spec, progress=progress)
+        basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
+        pred = predict_one(basis, t1, target, injection.for_world_size(ws))
+        score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
+        row["targets"][ws] = pred
+        # the row's T(1) and basis: the first target's launch (each prediction has its own)
+        row["measured_from"].setdefault(1, t1)
+        row.setdefault("basis", basis)
+        row.setdefault("t1_s", t1)
+    return row
 
 
 def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
@@ -256,39 +258,3 @@ def _paired(preset, ws, iters, warmup, injection, images):
     return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
                       injection=injection.for_world_size(ws),
                       overrides={"images_per_rank": images}, paired=True)
-
-
-def summarize(launches: list[dict], targets: list[int]) -> dict:
-    """Per target size: each launch's accuracy per predictor, and the worst launch's."""
-    out = {}
-    for ws in targets:
-        rows = [row["targets"][ws] for row in launches if "accuracy" in row["targets"].get(ws, {})]
-        if not rows:
-            continue
-        names = rows[0]["accuracy"]
-        out[ws] = {name: {"per_launch_pct": [r["accuracy"][name]["accuracy_pct"] for r in rows],
-                          "worst_pct": min(r["accuracy"][name]["accuracy_pct"] for r in rows)}
-                   for name in names}
-    return out
-
-
-def repeatability(launches: list[dict]) -> dict:
-    """The host's run-to-run spread: per world size measured in every launch, each launch's
-    iteration taken as a prediction of the next launch's at the same size (Kahira et al.'s
-    accuracy, as the predictors are scored). Nothing changed between those runs but time: a
-    predictor's score inside this spread cannot be told from the host's noise. (No strict
-    floor: a held-out pair is closer in time than two launches.) Empty with fewer than two
-    launches."""
-    series: dict[str, list[float]] = {}
-    for row in launches:
-        for ws, t in row["measured_from"].items():
-            series.setdefault(str(ws), []).append(t)
-        for ws, pred in row["targets"].items():
-            if "measured_iter_s" in pred:
-                series.setdefault(str(ws), []).append(pred["measured_iter_s"])
-    out = {}
-    for ws, times in series.items():
-        if len(times) == len(launches) > 1:
-            pcts = [accuracy(a, b)["accuracy_pct"] for a, b in zip(times, times[1:])]
-            out[ws] = {"per_pair_pct": pcts, "worst_pct": min(pcts)}
-    return out

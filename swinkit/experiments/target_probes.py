@@ -21,11 +21,12 @@ def _rank_mean(value: float, device) -> float:
 
 
 def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtype: str,
-                buffer_shapes: list, batches: int = 10) -> dict:
+                buffer_shapes: list, batches: int = 10, segments_s: list | None = None) -> dict:
     """Rank entry: the loader's supply with every rank's loader at once, the buckets'
     all-reduces and the buffer broadcast over these ranks, the lockstep wait and the
     contention rates, with the stand-in's compute slowdown read four times in between (no
-    model is built)."""
+    model is built); with ``segments_s`` (:func:`meeting_segments`) the wait in the model's
+    rhythm (:func:`rhythm_wait`)."""
     import torch
     import torch.distributed as dist
 
@@ -55,9 +56,10 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
         broadcast = max(world - alone, 0.0)  # what N ranks add over one, as the components
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     sync_wait = lockstep_wait(rank.world_size, device)
+    rhythm = rhythm_wait(rank.world_size, device, segments_s) if segments_s else None
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
-            "broadcast_s": broadcast, "sync_wait_s": sync_wait,
+            "broadcast_s": broadcast, "sync_wait_s": sync_wait, "iteration_wait_s": rhythm,
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
@@ -191,3 +193,81 @@ def lockstep_wait(world_size: int, device, reps: int = 60, work: int = 12) -> fl
         dist.barrier()  # the sync point: every rank waits here for the slowest
         waits.append(time.perf_counter() - start - own)
     return _rank_mean(trimmed_mean(waits[2:]), device)
+
+
+def meeting_segments(costs: dict) -> list[float]:
+    """Seconds of a rank's work between the points where DDP makes the ranks meet, per
+    optimizer step, from a basis's component costs (torch-free): forward and backward up to
+    the last bucket, then the rest of the step and the next batch's loading up to the buffer
+    broadcast at the next forward; one segment, the whole step, without a buffer broadcast.
+
+    >>> ph = {"data_wait": 0.007, "forward": 0.03, "backward": 0.03, "exposed_comm": 0.001,
+    ...       "optimizer": 0.008, "other": 0.001}
+    >>> position = {"phases_s": ph, "bucket_ready_s": []}
+    >>> [round(x, 3) for x in meeting_segments({"grad_accum": 1, "buffer_sync": True,
+    ...                                          "ranks": [{"positions": [position]}]})]
+    [0.06, 0.017]
+    """
+    from swinkit.attribution.extrapolate import median_profile
+    profile = median_profile(costs)
+    step = sum(sum(p["phases_s"].values()) for p in profile)
+    if not costs.get("buffer_sync", True):
+        return [step]
+    first, last = profile[0]["phases_s"], profile[-1]["phases_s"]
+    between = first.get("data_wait", 0.0) + sum(last.get(k, 0.0) for k in
+                                                  ("exposed_comm", "optimizer", "other"))
+    return [step - between, between]
+
+
+def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: float = 8.0,
+                rounds: tuple[int, int] = (12, 60)) -> float | None:
+    """Seconds per optimizer step a rank loses waiting for the slowest of the N' ranks when
+    every rank works in the model's rhythm without the model: the stand-in's kind of work
+    (:func:`stand_in_slowdown`'s block, in pieces of a few ms) for as long as each of
+    ``segments_s``, every rank at once, meeting at a barrier after each. Per rank, the median
+    round (its work and its waits) less the median of its work alone: the measured iteration
+    is a median. The ranks' mean. A rhythm of 60 and 17 ms on 2 ranks of a 2-core host lost
+    3-7 ms a round where 12 matmuls of 0.2 ms between meetings lost 1.2-1.9: how long the
+    ranks work between meetings sets how far they drift apart. As many rounds as fit in
+    ``budget_s``, within ``rounds``. None at one rank and on GPUs, where the model's segments
+    are device time and this is host work."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if world_size == 1 or device.type == "cuda":
+        return None
+    x = torch.randn(16, 64, 128)  # 1 image of 1024 tokens in windows of 64: a few ms a piece
+    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
+    norm = torch.nn.LayerNorm(128)
+
+    def piece() -> None:
+        with torch.no_grad():
+            h = torch.nn.functional.gelu(norm(x) @ up) @ down
+            (h @ h.transpose(1, 2)).softmax(-1)
+
+    piece()
+    start = time.perf_counter()
+    for _ in range(5):
+        piece()
+    # one count of pieces per segment on every rank: the slowest rank's piece sets it
+    each = torch.tensor([(time.perf_counter() - start) / 5], dtype=torch.float64)
+    dist.all_reduce(each, op=dist.ReduceOp.MAX)
+    counts = [max(1, round(s / float(each))) for s in segments_s]
+    n = int(min(max(budget_s / max(sum(segments_s), 1e-6), rounds[0]), rounds[1]))
+    own, whole = [], []
+    for r in range(2 + n):  # 2 warm-up rounds
+        work = 0.0
+        dist.barrier()
+        begin = time.perf_counter()
+        for count in counts:
+            t = time.perf_counter()
+            for _ in range(count):
+                piece()
+            work += time.perf_counter() - t
+            dist.barrier()  # a meeting point: every rank waits here for the slowest
+        if r >= 2:
+            own.append(work)
+            whole.append(time.perf_counter() - begin)
+    return _rank_mean(statistics.median(whole) - statistics.median(own), device)

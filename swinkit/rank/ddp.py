@@ -88,7 +88,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
              seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
-             local: bool = False, comm_load=None, paired: bool = False) -> dict:
+             local: bool = False, comm_load=None, paired: bool = False, solo: bool = False) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
     Args:
@@ -102,6 +102,11 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         paired: after ``warmup``, alternate optimizer steps of DDP and local iterations
             (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
             local ones in ``result["local"]`` (timeline, iteration, loss).
+        solo: with ``paired``, a third kind of step between each DDP and local one: rank 0
+            alone over its group of one while the other ranks idle at the next barrier, world
+            size 1 inside this launch (``result["solo"]`` on rank 0, as ``"local"``): a run at 1 that
+            shares the host's speed of the moment with the DDP steps beside it. No injection
+            reaches them (the run a prediction starts from is clean).
     """
     # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
     # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
@@ -114,7 +119,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     clocks = clock_offsets(rank, run.control)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
-    order = schedule(warmup, iters, options.grad_accum, paired)
+    order = schedule(warmup, iters, options.grad_accum, paired, solo)
     switch = run.buckets.launcher if paired else None
     window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
     with out_of_memory_named(rank.rank, run.cfg):
@@ -122,7 +127,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             if n == warmup:
                 window.start()
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
-            GATE.on = injection.on_iteration(it)
+            GATE.on = injection.on_iteration(it) and kind != "solo"
             GATE.iteration = n  # what each measured injection is filed under
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
             if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
@@ -136,11 +141,14 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.timeline.end()
                 dist.barrier()
                 run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
-            switch and switch.use(local=kind == "local")
+            switch and switch.use(local=kind != "ddp")  # solo: over the group of one too
             if switch and run.meet:
-                run.meet.on = kind == "local"
+                run.meet.on = kind == "local"  # alone, rank 0 meets nobody
             run.starts.append(time.perf_counter())
-            _step(run, it)
+            if kind == "solo" and rank.rank != 0:
+                _rest(run)
+            else:
+                _step(run, it)
             run.stats and run.stats.poll()
             profiler and profiler.step()
         if run.cuda:  # the last iteration's kernels, before its end is read (the bare loop's clock)
@@ -162,7 +170,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     GATE.iteration = None
     # once, after the run: reading a CUDA delay's events waits for them
     measured = {name: delay.take_measured() for name, delay in run.delays.items()}
-    main = [n for n, (kind, _) in enumerate(order) if kind != "local"]
+    main = [n for n, (kind, _) in enumerate(order) if kind in ("main", "ddp")]
     result = _result(run, rank, main, warmup, clocks, cpu, gpu, peak)
     # seconds actually injected per measured iteration (the ground truth recovery is held to)
     result["injected_s"] = {name: per_iteration(m, main[warmup:]) for name, m in measured.items()}
@@ -171,19 +179,26 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                                  for name, m in measured.items()}
     resolved = (run.timeline.resolve(clocks["applied"])
                 if run.timeline.enabled and (paired or load is not None) else [])
-    if paired:
-        local_its = [n for n, (kind, _) in enumerate(order) if kind == "local"]
-        result["local"] = {"timeline": [resolved[n] for n in local_its],
-                           "iteration": [sum(phase_durations(resolved[n]).values())
-                                         for n in local_its],
-                           "loss": [float(run.losses[n]) for n in local_its],
-                           "injected_s": {name: per_iteration(m, local_its)
-                                          for name, m in measured.items()}}
+    for kind in ("local", "solo") if paired else ():
+        its = [n for n, (k, _) in enumerate(order) if k == kind]
+        if its and (kind == "local" or rank.rank == 0):
+            result[kind] = {"timeline": [resolved[n] for n in its],
+                            "iteration": [sum(phase_durations(resolved[n]).values()) for n in its],
+                            "loss": [float(run.losses[n]) for n in its],
+                            "injected_s": {name: per_iteration(m, its)
+                                           for name, m in measured.items()}}
     if load is not None:
         result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
                                                       for it in resolved[len(order):]],
                                 "rounds_loaded_s": load.rounds}
     return result
+
+
+def _rest(run: RankRun) -> None:
+    """A solo step of another rank: nothing but an empty place on the timeline (and in the
+    losses), so that every rank's n-th record is the n-th step of the schedule."""
+    run.timeline.begin()
+    run.losses.append(torch.zeros(()))
 
 
 def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20) -> None:

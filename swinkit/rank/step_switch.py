@@ -87,16 +87,29 @@ def sync_batch_norms(model) -> list:
     return [m for m in model.modules() if is_sync_batch_norm(m)]
 
 
-def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:
+def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
+             solo: bool = False) -> list[tuple[str, int]]:
     """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
     iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
     (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind;
-    the index counts iterations of its kind (it decides which micro-batch synchronises)."""
+    with ``solo`` a third kind comes between each DDP and local step: rank 0 alone, the other
+    ranks idle (world size 1 inside the launch, :func:`swinkit.rank.ddp.ddp_rank`). Not
+    before a DDP step: a rank that idled a step starts the next one slower (its caches went to
+    rank 0), and the DDP steps are the ones scored. The index counts iterations of its kind
+    (it decides which micro-batch synchronises).
+
+    >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
+    [('ddp', 0), ('ddp', 1), ('solo', 0), ('local', 0), ('ddp', 2), ('solo', 1), ('local', 1)]
+    """
+    if solo and not paired:
+        raise ValueError("solo steps run in a paired launch only")
     if not paired:
         return [("main", i) for i in range(warmup + iters)]
     out = [("ddp", i) for i in range(warmup)]
+    kinds = ("solo", "local") if solo else ("local",)
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
-        out += [("local", first + p) for p in range(grad_accum)]
+        for kind in kinds:
+            out += [(kind, first + p) for p in range(grad_accum)]
     return out

@@ -11,15 +11,23 @@ PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1
               ("paired", "oracle paired at N' (not held out)"))
 
 
+def _heading(result: dict, scored: bool) -> str:
+    """What was predicted from what, and how the prediction was kept apart from the run."""
+    src = ",".join(str(s) for s in result["from"])
+    how = ("every 'predicted' figure was made from the steps of rank 0 alone (world size 1) "
+           "interleaved step by step with the DDP steps of the launch at that size, and from "
+           "nothing of those DDP steps, then scored against them" if result.get("same_launch")
+           else "every 'predicted' figure was made before any DDP run at that size"
+           + (" and then scored against it" if scored else ""))
+    return (f"Predicted world sizes {','.join(str(t) for t in result['targets'])} (KxG: K nodes "
+            f"of G ranks) from world size(s) {src} ({result['preset']} preset): {how}")
+
+
 def held_out_lines(result: dict) -> list[str]:
     """The per-launch table, the per-size worst accuracy of each predictor, the predicted parts
     of the first launch and the assumptions."""
     scored = bool(result.get("summary"))
-    src = ",".join(str(s) for s in result["from"])
-    out = [f"Predicted world sizes {','.join(str(t) for t in result['targets'])} (KxG: K nodes "
-           f"of G ranks) from world "
-           f"size(s) {src} ({result['preset']} preset): every 'predicted' figure was made "
-           "before any DDP run at that size" + (" and then scored against it" if scored else "")]
+    out = [_heading(result, scored)]
     head = f"{'launch':>6} {'N':>3} {'T(1) s':>8} {'predicted s':>12} {'pred. E':>8}"
     head += f" {'perfect s':>10} {'+allreduce s':>13}"
     if scored:
@@ -93,7 +101,7 @@ def sharing_lines(launches: list[dict]) -> list[str]:
 
 
 def repeatability_lines(repeat: dict) -> list[str]:
-    """The host's run-to-run spread (:func:`swinkit.experiments.predict_run.repeatability`),
+    """The host's run-to-run spread (:func:`swinkit.attribution.held_out_scores.repeatability`),
     in the predictors' columns."""
     if not repeat:
         return []

@@ -47,6 +47,9 @@ class DDPRunSpec:
     # together (``out["local_run"]`` holds the components; see
     # swinkit.rank.step_switch.schedule)
     paired: bool = False
+    # with paired: rank 0 alone after each local step, the others idle (world size 1 in this
+    # launch, ``out["solo_run"]``; a held-out prediction's basis sharing the host's moment)
+    solo: bool = False
 
     def launch_config(self) -> LaunchConfig:
         """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
@@ -63,6 +66,8 @@ class DDPRunSpec:
         if self.local and self.paired:
             raise ValueError("local and paired exclude each other (paired runs local "
                              "iterations beside the DDP ones)")
+        if self.solo and not self.paired:
+            raise ValueError("solo steps run in a paired launch (paired=True) only")
         if self.paired and self.bare:
             raise ValueError("paired needs the timeline (it is the components' measurement); "
                              "bare has none")
@@ -115,6 +120,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     components = spec.local or spec.paired
     if components:
         kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
+        if spec.solo:
+            kwargs["solo"] = True
     run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
                  quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
@@ -153,6 +160,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     out["clock"] = _clock_summary(ranks)
     if spec.paired:
         out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
+    if spec.solo:
+        out["solo_run"] = _solo_run(out, ranks[0], spec.ddp.grad_accum)
     return out
 
 
@@ -182,6 +191,22 @@ def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
             "ranks": local_ranks, "bucket_sizes_bytes": out["bucket_sizes_bytes"],
             "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
             **step_times(local_ranks, grad_accum)}
+
+
+def _solo_run(out: dict, rank0: dict, grad_accum: int) -> dict:
+    """Rank 0's solo steps in the shape of a ``local`` run at world size 1. Alone there is
+    nothing to communicate (the all-reduce and broadcast of one rank are no collective), so
+    the communication is zero; the buckets' payloads and dtype are the launch's."""
+    comm = rank0["comm"]
+    alone = {"bucket_s": [0.0] * len(comm["bucket_s"]), "broadcast_s": 0.0,
+             "sync_bn_s": {"forward": 0.0, "backward": 0.0},
+             "buffer_sync": comm.get("buffer_sync", True), "elements": comm["elements"],
+             "dtype": comm["dtype"]}
+    ranks = [{"rank": 0, "comm": alone, **rank0["solo"]}]
+    return {"world_size": 1, "warmup": 0, "grad_accum": grad_accum, "ranks": ranks,
+            "bucket_sizes_bytes": out["bucket_sizes_bytes"],
+            "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
+            **step_times(ranks, grad_accum)}
 
 
 def step_times(ranks: list[dict], grad_accum: int) -> dict:
