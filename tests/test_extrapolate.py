@@ -419,7 +419,8 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     assert got.bucket_comm_s == [0.030]
     assert "x1.010, x1.010, x1.130" in got.notes[-1]
     assert pooled(history[:1]) is history[0]  # one launch: its own timings, no note
-    partial = [Target(2, [0.0], sync_wait_s=0.002), Target(2, [0.0]),
-               Target(2, [0.0], sync_wait_s=0.004)]
+    partial = [Target(2, [0.0], sync_wait_s=0.002), Target(2, [0.0], iteration_wait_s=0.004),
+               Target(2, [0.0], sync_wait_s=0.004, iteration_wait_s=0.010)]
     assert pooled(partial).sync_wait_s == pytest.approx(0.003)
+    assert pooled(partial).iteration_wait_s == pytest.approx(0.007)  # the wait in the rhythm
     assert pooled(partial).compute_slowdown is None

@@ -130,6 +130,11 @@ def test_same_launch_is_refused_before_anything_runs_unless_it_predicts_from_1()
                      "1,2", "--same-launch")
     assert out.returncode == 2 and "--same-launch predicts from world size 1" in out.stderr
     assert "[world size" not in out.stdout + out.stderr
+    # not silently dropped where nothing is predicted from a run made now
+    for args in (("--run",), ("--predict", "4")):
+        out = _attribute("--preset", "test", "--same-launch", *args)
+        assert out.returncode == 2 and "--same-launch needs --run --predict-from 1" in out.stderr
+        assert "[world size" not in out.stdout + out.stderr
 
 
 def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):

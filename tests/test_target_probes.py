@@ -101,11 +101,11 @@ def test_the_simulated_nodes_talk_gloo_on_a_gpu_machine_too(monkeypatch):
 
 
 def test_the_models_rhythm_splits_a_step_at_its_meetings():
-    """Two micro-batches a step (data 5, forward 20, backward 30, optimizer and the rest 4 ms
-    in the second): the ranks meet at the last bucket (after 5 + 20 + 30 + 20 + 30 = 105 ms
-    less the first batch's loading, 100 ms) and at the next forward's buffer broadcast (the
-    last micro-batch's exposed comm, optimizer and rest, 1 + 4 + 1, and the next loading, 5:
-    11 ms); without a buffer sync, one meeting, the whole step."""
+    """Two micro-batches a step (each: data 5, forward 20, backward 30 ms; the second also
+    exposed comm 1, optimizer 4, the rest 1 ms): a step of 116 ms. The ranks meet at the
+    next forward's buffer broadcast, after the last micro-batch's exposed comm, optimizer and
+    rest and the next batch's loading (1 + 4 + 1 + 5 = 11 ms), and at the last bucket, after
+    the other 105 ms; without a buffer sync, once a step: 116 ms."""
     from swinkit.experiments.target_probes import meeting_segments
 
     first = {"data_wait": 0.005, "forward": 0.02, "backward": 0.03}

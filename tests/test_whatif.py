@@ -381,11 +381,15 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
                                               ("local", 1)]
     assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
     # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too
-    assert schedule(0, 4, 2, paired=True, solo=True) == [
-        ("ddp", 0), ("ddp", 1), ("solo", 0), ("solo", 1), ("local", 0), ("local", 1),
-        ("ddp", 2), ("ddp", 3), ("solo", 2), ("solo", 3), ("local", 2), ("local", 3)]
+    assert schedule(2, 4, 2, paired=True, solo=True)[2:] == [
+        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("local", 0), ("local", 1),
+        ("ddp", 4), ("ddp", 5), ("solo", 2), ("solo", 3), ("local", 2), ("local", 3)]
     with pytest.raises(ValueError, match="paired"):
         schedule(1, 2, 1, paired=False, solo=True)
+    # DDP rebuilds its buckets after the first synchronised backward with a broadcast over
+    # every rank: that must happen in a DDP step, not in rank 0's solo one (a hang)
+    with pytest.raises(ValueError, match="warm-up"):
+        schedule(1, 4, 2, paired=True, solo=True)
 
 
 def test_time_between_end_and_begin_belongs_to_no_iteration():
@@ -457,6 +461,24 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     assert pred["predicted_iter_s"] > 0 and pred["contention"]
     with pytest.raises(ValueError, match="paired"):
         DDPRunSpec(preset="test", local=True, paired=True).validate()
+
+
+def test_solo_steps_are_refused_where_they_would_hang_or_not_be_clean():
+    """Before any process starts: no warm-up step (DDP's bucket rebuild would fall in rank
+    0's solo step, a broadcast rank 1 never joins), and a loading delay on rank 0 where loader
+    workers run it (their copy of the switch cannot keep it out of the solo steps)."""
+    from swinkit.injection import Injection
+    from swinkit.runs.ddp_run import DDPRunSpec
+    with pytest.raises(ValueError, match="warmup"):
+        DDPRunSpec(preset="test", paired=True, solo=True, warmup=0).validate()
+    loading = Injection(data_ms=20, ranks=(0,))
+    with pytest.raises(ValueError, match="data_ms on rank 0 with solo steps"):
+        DDPRunSpec(preset="cpu", paired=True, solo=True, injection=loading).validate()
+    # no workers (test preset): the rank loads itself, the switch keeps the solo steps clean;
+    # on rank 1 only: nothing of it reaches rank 0's solo steps
+    DDPRunSpec(preset="test", paired=True, solo=True, injection=loading).validate()
+    DDPRunSpec(preset="cpu", paired=True, solo=True,
+               injection=Injection(data_ms=20, ranks=(1,))).validate()
 
 
 @pytest.mark.slow

@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
+    if args.same_launch and not (args.run and args.predict_from):
+        return _failed(ValueError("--same-launch needs --run --predict-from 1: it makes the "
+                                  "run at 1 inside the launch it scores"))
     # --nodes alone predicts from a stored report (--stored, or the one asv kept)
     if args.predict or args.predict_from or args.stored or (args.nodes and not args.run):
         return _predict(args)

@@ -233,7 +233,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     if target.iteration_wait_s is not None and n > 1:  # timed in the model's own rhythm
         desync = target.iteration_wait_s / costs["grad_accum"]
     sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores
-    shared = sliced and target.sync_wait_s is not None
+    shared = sliced and (target.iteration_wait_s, target.sync_wait_s) != (None, None)
     jitter = desync if shared else max(jitter, desync)
     predicted = base["predicted_iter_s"] + jitter
     parts = dict(base["components_s"])

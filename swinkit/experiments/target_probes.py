@@ -116,6 +116,23 @@ def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
     return {k: got[k] for k in ("compute_rate", "comm_rate") if got[k] is not None}
 
 
+def swin_block_work(images: int):
+    """A function doing a Swin block's kinds of work on ``images`` images of 1024 tokens in
+    windows of 8 x 8 (layer norm, MLP matmuls, GELU, attention softmax within each window),
+    one thread, no gradients: the stand-in for the model's compute."""
+    import torch
+
+    x = torch.randn(images * 16, 64, 128)
+    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
+    norm = torch.nn.LayerNorm(128)
+
+    def work() -> None:
+        with torch.no_grad():
+            h = torch.nn.functional.gelu(norm(x) @ up) @ down
+            (h @ h.transpose(1, 2)).softmax(-1)
+    return work
+
+
 def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> float:
     """How much slower a stand-in for the model's compute runs with every rank running it at
     once than with each rank alone (the others waiting at a barrier): the host's shared cores,
@@ -134,15 +151,11 @@ def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> floa
 
     if world_size == 1 or device.type == "cuda":
         return 1.0
-    x = torch.randn(8 * 16, 64, 128)  # 8 images of 1024 tokens, in windows of 8 x 8
-    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
-    norm = torch.nn.LayerNorm(128)
+    work = swin_block_work(images=8)
 
     def block() -> float:
         start = time.perf_counter()
-        with torch.no_grad():
-            h = torch.nn.functional.gelu(norm(x) @ up) @ down
-            (h @ h.transpose(1, 2)).softmax(-1)
+        work()
         return time.perf_counter() - start
 
     block()  # warm: allocations, the first call's dispatch
@@ -225,8 +238,10 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
     every rank works in the model's rhythm without the model: the stand-in's kind of work
     (:func:`stand_in_slowdown`'s block, in pieces of a few ms) for as long as each of
     ``segments_s``, every rank at once, meeting at a barrier after each. Per rank, the median
-    round (its work and its waits) less the median of its work alone: the measured iteration
-    is a median. The ranks' mean. A rhythm of 60 and 17 ms on 2 ranks of a 2-core host lost
+    round (its work and its waits) less the median of its own work in the rounds (beside the
+    other ranks') and less a round of the barriers alone (what a meeting costs without a
+    wait: the replay counts the collectives themselves): the measured iteration is a
+    median. The ranks' mean, at least 0. A rhythm of 60 and 17 ms on 2 ranks of a 2-core host lost
     3-7 ms a round where 12 matmuls of 0.2 ms between meetings lost 1.2-1.9: how long the
     ranks work between meetings sets how far they drift apart. As many rounds as fit in
     ``budget_s``, within ``rounds``. None at one rank and on GPUs, where the model's segments
@@ -238,15 +253,7 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
 
     if world_size == 1 or device.type == "cuda":
         return None
-    x = torch.randn(16, 64, 128)  # 1 image of 1024 tokens in windows of 64: a few ms a piece
-    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
-    norm = torch.nn.LayerNorm(128)
-
-    def piece() -> None:
-        with torch.no_grad():
-            h = torch.nn.functional.gelu(norm(x) @ up) @ down
-            (h @ h.transpose(1, 2)).softmax(-1)
-
+    piece = swin_block_work(images=1)  # a few ms a piece
     piece()
     start = time.perf_counter()
     for _ in range(5):
@@ -256,6 +263,12 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
     dist.all_reduce(each, op=dist.ReduceOp.MAX)
     counts = [max(1, round(s / float(each))) for s in segments_s]
     n = int(min(max(budget_s / max(sum(segments_s), 1e-6), rounds[0]), rounds[1]))
+    bare = []
+    for _ in range(12):
+        t = time.perf_counter()
+        for _ in counts:
+            dist.barrier()
+        bare.append(time.perf_counter() - t)
     own, whole = [], []
     for r in range(2 + n):  # 2 warm-up rounds
         work = 0.0
@@ -270,4 +283,5 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
         if r >= 2:
             own.append(work)
             whole.append(time.perf_counter() - begin)
-    return _rank_mean(statistics.median(whole) - statistics.median(own), device)
+    wait = statistics.median(whole) - statistics.median(own) - statistics.median(bare[2:])
+    return _rank_mean(max(wait, 0.0), device)

@@ -103,6 +103,8 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     """
     if solo and not paired:
         raise ValueError("solo steps run in a paired launch only")
+    if solo and warmup < grad_accum:  # DDP's bucket rebuild, a broadcast over every rank
+        raise ValueError("solo steps need a warm-up of at least one optimizer step")
     if not paired:
         return [("main", i) for i in range(warmup + iters)]
     out = [("ddp", i) for i in range(warmup)]

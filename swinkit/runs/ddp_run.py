@@ -47,8 +47,9 @@ class DDPRunSpec:
     # together (``out["local_run"]`` holds the components; see
     # swinkit.rank.step_switch.schedule)
     paired: bool = False
-    # with paired: rank 0 alone after each local step, the others idle (world size 1 in this
-    # launch, ``out["solo_run"]``; a held-out prediction's basis sharing the host's moment)
+    # with paired: rank 0 alone between each DDP and local step, the others idle (world size 1
+    # in this launch, ``out["solo_run"]``; a held-out prediction's basis sharing the host's
+    # moment)
     solo: bool = False
 
     def launch_config(self) -> LaunchConfig:
@@ -68,6 +69,12 @@ class DDPRunSpec:
                              "iterations beside the DDP ones)")
         if self.solo and not self.paired:
             raise ValueError("solo steps run in a paired launch (paired=True) only")
+        if self.solo and self.warmup < self.ddp.grad_accum:
+            # DDP regroups its buckets after the first synchronised backward with a broadcast
+            # over every rank: in a solo step only rank 0 would join it (a hang)
+            raise ValueError(f"solo steps need warmup ({self.warmup}) of at least one "
+                             f"optimizer step ({self.ddp.grad_accum} iterations): DDP's "
+                             "bucket rebuild must happen in a step of every rank")
         if self.paired and self.bare:
             raise ValueError("paired needs the timeline (it is the components' measurement); "
                              "bare has none")
@@ -102,6 +109,11 @@ class DDPRunSpec:
             raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
                              f"workers 0 (got {workers}): workers load ahead, out of step with "
                              "the iterations")
+        if (self.solo and self.injection.data_ms > 0 and self.injection.applies_to(0)
+                and workers > 0):
+            raise ValueError(f"--inject data_ms on rank 0 with solo steps needs loader workers "
+                             f"0 (got {workers}): the workers' copy of the injection cannot be "
+                             "switched off for the solo steps, which must stay clean")
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
         device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
         return load_config(self.preset, self.data_root, self.overrides, device=device), lc
