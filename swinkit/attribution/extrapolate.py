@@ -24,8 +24,9 @@ on N', and what does is either measured cheaply at N' without the model or model
   maximum of N' draws is below x with probability F(x)^N', so its median is the
   0.5^(1/N') quantile (:func:`median_max`; :func:`expected_max` gives the mean, reported).
   The wait timed at N' with equal work on every rank (``iteration_wait_s``: in the model's
-  rhythm between meetings; else ``sync_wait_s`` per sync point) replaces it where larger, and stands alone where the ranks' threads outnumber the cores
-  (time-sliced ranks are not independent draws).
+  rhythm between meetings; else ``sync_wait_s`` per sync point) replaces it where larger,
+  and stands alone where the ranks' threads outnumber the cores (time-sliced ranks are not
+  independent draws).
 
 Everything this returns is a prediction and carries its assumptions (``assumptions``).
 Numbers only: no torch, no processes.

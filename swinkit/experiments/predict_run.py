@@ -87,7 +87,8 @@ def pooled(history: list[Target]) -> Target:
 def _median_rates(ranks: list[dict]) -> dict:
     """The ranks' median of each proxy rate (as the component run's rates are combined)."""
     names = {k for r in ranks for k in r.get("contention") or {}}
-    return {k: statistics.median(r["contention"][k] for r in ranks if k in (r.get("contention") or {}))
+    return {k: statistics.median(r["contention"][k] for r in ranks
+                                 if k in (r.get("contention") or {}))
             for k in names}
 
 

@@ -241,11 +241,11 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
     round (its work and its waits) less the median of its own work in the rounds (beside the
     other ranks') and less a round of the barriers alone (what a meeting costs without a
     wait: the replay counts the collectives themselves): the measured iteration is a
-    median. The ranks' mean, at least 0. A rhythm of 60 and 17 ms on 2 ranks of a 2-core host lost
-    3-7 ms a round where 12 matmuls of 0.2 ms between meetings lost 1.2-1.9: how long the
-    ranks work between meetings sets how far they drift apart. As many rounds as fit in
-    ``budget_s``, within ``rounds``. None at one rank and on GPUs, where the model's segments
-    are device time and this is host work."""
+    median. The ranks' mean, at least 0. A rhythm of 60 and 17 ms on 2 ranks of a 2-core
+    host lost 3-7 ms a round where 12 matmuls of 0.2 ms between meetings lost 1.2-1.9: how
+    long the ranks work between meetings sets how far they drift apart. As many rounds as
+    fit in ``budget_s``, within ``rounds``. None at one rank and on GPUs, where the model's
+    segments are device time and this is host work."""
     import time
 
     import torch
