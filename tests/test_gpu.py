@@ -167,6 +167,33 @@ def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypat
 
 
 @requires_gpu(1)
+def test_solo_steps_run_rank_0_alone_on_its_gpu(data_root, monkeypatch):
+    """A paired launch over NCCL on every GPU with solo steps (``--same-launch``'s run at 1):
+    rank 0's steps alone over its group of one, its timeline on CUDA events, the others idle
+    at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time."""
+    import dataclasses
+
+    from swinkit.experiments.predict_run import _paired
+    from swinkit.injection import Injection
+    from swinkit.runs.component_costs import basis_of
+    from swinkit.runs.ddp_run import run_ddp
+    monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
+    spec = _paired("test", GPUS, 6, 2, Injection(), 2)
+    run = run_ddp(dataclasses.replace(spec, solo=True), progress=lambda s: None)
+    solo = run["ranks"][0]["solo"]
+    basis = basis_of(run, "solo_run")
+    clocks = [abs(a - b) / b for r in run["ranks"]
+              for a, b in zip(r["iteration"], r["loop_iteration"])]
+    ok = (len(solo["iteration"]) == 6 and basis["costs"]["world_size"] == 1
+          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1
+          and not any("solo" in r for r in run["ranks"][1:]))
+    assert row(f"solo steps on rank 0 of {GPUS} GPUs (NCCL)",
+               f"T(1) {run['solo_run']['per_batch_s'] * 1e3:.1f} ms, DDP at {GPUS} "
+               f"{run['iter_s'] * 1e3:.1f} ms; clocks within {max(clocks):.1%}",
+               "6 solo steps on rank 0 only, CUDA events, clocks within 10 %", ok)
+
+
+@requires_gpu(1)
 def test_nvml_samples_the_gpu_cuda_calls_device_0():
     import time
 
