@@ -13,6 +13,7 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * NCCL all-reduces of the model's gradient buckets with their correctness check;
 * each injection's cost recovered from the run against the amount measured on the device;
 * a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
+* ``--same-launch``'s solo steps: rank 0 alone on its GPU, the others idle at the barrier;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
   all-reduce on NCCL.
