@@ -130,6 +130,11 @@ def test_same_launch_is_refused_before_anything_runs_unless_it_predicts_from_1()
                      "1,2", "--same-launch")
     assert out.returncode == 2 and "--same-launch predicts from world size 1" in out.stderr
     assert "[world size" not in out.stdout + out.stderr
+    # a loading delay on rank 0 that the cpu preset's workers would carry into the solo steps
+    out = _attribute("--run", "--preset", "cpu", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--same-launch", "--inject", "data_ms=20")
+    assert out.returncode == 2 and "data_ms on rank 0 with solo steps" in out.stderr
+    assert "[world size" not in out.stdout + out.stderr
     # not silently dropped where nothing is predicted from a run made now
     for args in (("--run",), ("--predict", "4")):
         out = _attribute("--preset", "test", "--same-launch", *args)

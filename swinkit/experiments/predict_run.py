@@ -149,6 +149,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
     specs = {ws: _paired(preset, ws, iters, warmup, injection, images[ws])
              for ws in sources + targets}
+    if same_launch:  # the launches at N' carry the run at 1: checked as such below
+        specs.update({ws: dataclasses.replace(specs[ws], solo=True) for ws in targets})
     # every run's input refused (and the synthetic set written) before anything is launched
     # or announced: a bad --data-root or --inject fails in a second, not after minutes
     configs = [spec.validate()[0] for spec in specs.values()]
@@ -219,7 +221,7 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     for ws, target in averaged.items():
         progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP, its components and rank 0 "
                  "alone, interleaved step by step")
-        spec = dataclasses.replace(specs[ws], solo=True)
+        spec = specs[ws]  # with its solo steps
         run = run_ddp(spec, progress=progress)
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
         pred = predict_one(basis, t1, target, injection.for_world_size(ws))
