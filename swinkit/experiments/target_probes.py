@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 
+from swinkit.attribution.extrapolate import median_profile
 from swinkit.rank.devices import rank_device
 
 
@@ -221,7 +222,6 @@ def meeting_segments(costs: dict) -> list[float]:
     ...                                          "ranks": [{"positions": [position]}]})]
     [0.06, 0.017]
     """
-    from swinkit.attribution.extrapolate import median_profile
     profile = median_profile(costs)
     step = sum(sum(p["phases_s"].values()) for p in profile)
     if not costs.get("buffer_sync", True):

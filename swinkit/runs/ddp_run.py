@@ -131,9 +131,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   ddp_options=spec.ddp.to_dict(), local=spec.local)
     components = spec.local or spec.paired
     if components:
-        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
-        if spec.solo:
-            kwargs["solo"] = True
+        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired, solo=spec.solo)
     run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
                  quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
