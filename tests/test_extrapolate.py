@@ -305,6 +305,37 @@ def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
     assert predict_one(basis, 1.0, target)["predicted_iter_s"] == pytest.approx(1.0)
 
 
+def test_an_injection_the_run_predicted_from_had_is_not_added_again():
+    """The run at 1 measured 1.0 s with a 200 ms forward injected (on every rank, so on its
+    one). At N' = 2 every rank has the same 200 ms: 1.0 s, not 1.2 (which adding the
+    injection on top of a basis that holds it gives). Injected on rank 0 alone: at 2 rank 1
+    is 200 ms faster and waits at the bucket for rank 0, 1.0 s again (not 1.2). Rank 1
+    alone, from a run at 1 that did not have it: 1.2 s, as before."""
+    from swinkit.experiments.predict_run import predict_one
+    from swinkit.injection import Injection
+
+    phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+              "optimizer": 0.1, "other": 0.0}
+    position = {"phases_s": dict(phases), "bucket_ready_s": [0.5],
+                "samples": [{"phases_s": dict(phases), "bucket_ready_s": [0.5]}] * 3}
+    basis = {"costs": {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+                       "ranks": [{"rank": 0, "positions": [position]}], "bucket_comm_s": [0.0],
+                       "broadcast_s": 0.0},
+             "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
+                      "images_per_rank": 2}}
+    target = Target(2, [0.0], sync_wait_s=0.0)
+    every = Injection(compute_ms=200)
+    both = predict_one(basis, 1.0, target, every, basis_injection=every)
+    assert both["predicted_iter_s"] == pytest.approx(1.0)
+    assert any("in its timings already" in a for a in both["assumptions"])
+    first = Injection(compute_ms=200, ranks=(0,))
+    assert predict_one(basis, 1.0, target, first, first.for_world_size(1))[
+        "predicted_iter_s"] == pytest.approx(1.0)
+    second = Injection(compute_ms=200, ranks=(1,))
+    assert predict_one(basis, 1.0, target, second, second.for_world_size(1))[
+        "predicted_iter_s"] == pytest.approx(1.2)
+
+
 def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
     """T(1) of 1.0, 1.25, 1.0 s in three launches: 1.0 as a prediction of 1.25 is 80 %
     accurate, 1.25 of 1.0 is 75 %. The runs at 2 measured 2.0, 2.0, 1.5 s: 100 %, then 2.0 as
@@ -344,7 +375,7 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
         events.append(f"timings at {ws}")
         return Target(ws, [0.0], compute_slowdown=next(slowdowns))
 
-    def predict_one(basis, t1, target, injection):
+    def predict_one(basis, t1, target, injection, basis_injection=None):
         events.append("prediction")
         return {"t1_s": t1, "slowdown": target.compute_slowdown}
 

@@ -92,14 +92,16 @@ def _median_rates(ranks: list[dict]) -> dict:
             for k in names}
 
 
-def predict_one(basis: dict, t1_s: float, target: Target,
-                injection: Injection | None = None) -> dict:
+def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection | None = None,
+                basis_injection: Injection | None = None) -> dict:
     """The prediction at ``target`` from ``basis`` (:func:`~swinkit.runs.component_costs.basis_of`
     the largest "from" run) with the baselines and the model with its network term dropped
     beside it. ``injection``: what the run at the target is known to add (a straggler there),
-    taken into the model's replay; the naive predictions know nothing of it."""
+    taken into the model's replay; the naive predictions know nothing of it.
+    ``basis_injection``: the one the run predicted from had (in its timings already)."""
     c, host = basis["costs"], Host(**basis["host"])
-    injected, delay = injected_costs(injection, target.world_size, host)
+    injected, delay = injected_costs(injection, target.world_size, host,
+                                     (basis_injection, c["world_size"]))
     pred = predict_at(c, target, host, injected=injected, launch_delay_s=delay)
     pred.update(naive(t1_s, target))
     pred["no_network_s"] = predict_at(c, target, host, network=False, injected=injected,
@@ -107,28 +109,61 @@ def predict_one(basis: dict, t1_s: float, target: Target,
     pred["from_world_size"] = c["world_size"]
     pred["t1_s"] = t1_s
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
-    if injected or delay:
+    if injected or delay or (injection is not None and injection.active):
         pred["assumptions"].append(
             f"known at N': the injection {injection.describe()}, its cost per iteration the "
             "amount asked (spread over 'every' iterations as a mean); data_ms only where the "
-            "rank loads itself (no loader workers)")
+            "rank loads itself (no loader workers)"
+            + (f"; the run predicted from had {basis_injection.describe()} in its timings "
+               "already: only the difference is added"
+               if basis_injection is not None and basis_injection.active else ""))
     return pred
 
 
-def injected_costs(injection: Injection | None, world_size: int, host: Host):
+def injected_costs(injection: Injection | None, world_size: int, host: Host,
+                   already: tuple[Injection | None, int] = (None, 1)):
     """Per rank at ``world_size``: the seconds per phase and iteration ``injection`` adds
-    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
-    if injection is None or not injection.active:
-        return None, None
+    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``).
+    ``already``: (the injection of the run predicted from, its world size). Its ranks'
+    median of that injection is in the profile every rank at N' starts from, so it is taken
+    off first: an injection on every rank is counted once, and one on rank 0 alone of a
+    basis at 1 leaves the other ranks at N' (negative seconds). Not its data_ms: the loading
+    at N' comes from the clean loaders timed there. Nor comm_ms: the local steps that give
+    the basis run none of the collectives it delays.
+
+    >>> every = Injection(compute_ms=50)
+    >>> injected_costs(every, 2, Host(64, 1, 0, 2), (every, 1))
+    (None, None)
+    >>> injected_costs(Injection(compute_ms=50, ranks=(0,)), 2, Host(64, 1, 0, 2),
+    ...                (Injection(compute_ms=50, ranks=(0,)), 1))[0]
+    {1: {'forward': -0.05}}
+    """
+    mine = {r: _phase_costs(injection, host) if injection is not None
+            and injection.applies_to(r) else {} for r in range(world_size)}
+    before, n0 = already
+    held = [_phase_costs(before, host) if before is not None and before.applies_to(r) else {}
+            for r in range(n0)]
+    base = {k: statistics.median(h.get(k, 0.0) for h in held)
+            for k in {k for h in held for k in h} - {"data_wait"}}
+    extra = {r: {k: v for k in set(ph) | set(base)
+                 if (v := ph.get(k, 0.0) - base.get(k, 0.0))} for r, ph in mine.items()}
+    extra = {r: ph for r, ph in extra.items() if ph}
+    delay = ({r: injection.comm_ms * 1e-3 / injection.every for r in range(world_size)
+              if injection.applies_to(r)} if injection is not None and injection.comm_ms
+             else None)
+    return extra or None, delay
+
+
+def _phase_costs(injection: Injection, host: Host) -> dict[str, float]:
+    """Seconds per phase and iteration ``injection`` adds on a rank it applies to."""
+    if not injection.active:
+        return {}
     per_it = 1e-3 / injection.every
     extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
              "optimizer": injection.optimizer_ms * per_it}
     if host.loader_workers == 0:  # each sample of the rank's batch, on the rank's own time
         extra["data_wait"] = injection.data_ms * host.images_per_rank * per_it
-    extra = {k: v for k, v in extra.items() if v}
-    ranks = [r for r in range(world_size) if injection.applies_to(r)]
-    delay = {r: injection.comm_ms * per_it for r in ranks} if injection.comm_ms else None
-    return ({r: extra for r in ranks} if extra else None), delay
+    return {k: v for k, v in extra.items() if v}
 
 
 def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
@@ -180,7 +215,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                # this launch's own timings at N', before pooling (the prediction's are pooled)
                "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in targets}}
         for ws in targets:
-            pred = predict_one(basis, t1, averaged[ws], injection.for_world_size(ws))
+            pred = predict_one(basis, t1, averaged[ws], injection.for_world_size(ws),
+                               specs[sources[-1]].injection)
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 run = run_ddp(specs[ws], progress=progress)
