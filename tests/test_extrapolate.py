@@ -233,8 +233,8 @@ def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(mon
              "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
                       "images_per_rank": 2},
              "bucket_bytes": [1000, 9000], "probe": {}}
-    monkeypatch.setattr(predict_run, "measure_target", lambda preset, ws, b, progress: (
-        Target(ws, [0.02, 0.03], sync_wait_s=0.0)))
+    monkeypatch.setattr(predict_run, "measure_target", lambda preset, ws, b, progress,
+                        comm_scale=1.0: Target(ws, [0.02, 0.03], sync_wait_s=0.0))
     # the run at 2: its iteration, and fields a prediction must not read (they would show)
     sweep = Sweep(results={1: {"iter_s": 1.0, "basis": basis},
                            2: {"iter_s": 1.1, "basis": {"costs": "not to be read"},
@@ -371,7 +371,7 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
         t = next(t1s) if spec.world_size == 1 else 2.0
         return {"iter_s": t, "device": "cpu", "local_run": {}}
 
-    def measure_target(preset, ws, basis, progress):
+    def measure_target(preset, ws, basis, progress, comm_scale=1.0):
         events.append(f"timings at {ws}")
         return Target(ws, [0.0], compute_slowdown=next(slowdowns))
 
@@ -408,7 +408,7 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
         solo = {"per_batch_s": next(t1s)} if spec.solo else None
         return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo}
 
-    def measure_target(preset, ws, basis, progress):
+    def measure_target(preset, ws, basis, progress, comm_scale=1.0):
         events.append(f"timings at {ws}")
         return Target(ws, [0.0])
 
@@ -433,6 +433,41 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
         with pytest.raises(ValueError, match="--same-launch"):
             predict_run.held_out("test", [1, 2, 4], sources, score=score, same_launch=True)
+
+
+def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buckets(monkeypatch):
+    """``--inject comm_scale=4,compute_ms=10``: the short run that gives the timings at N'
+    the model's buckets runs without the slower link (its elements would come back already 4
+    times larger, and be scaled again: the all-reduces timed at 16 times); the timings at 2
+    scale them by 4; the run at 1 and the run at 2 keep the whole injection."""
+    from swinkit.experiments import predict_run
+    from swinkit.injection import Injection
+
+    runs, scales, passed = [], [], []
+
+    def run_ddp(spec, progress):
+        runs.append((spec.world_size, spec.iters, spec.injection.comm_scale,
+                     spec.injection.compute_ms))
+        return {"iter_s": 1.0, "device": "cpu", "local_run": {}}
+
+    def measure_target(preset, ws, basis, progress, comm_scale=1.0):
+        scales.append(comm_scale)
+        return Target(ws, [0.0])
+
+    def predict_one(basis, t1, target, injection, basis_injection=None):
+        passed.append((injection.comm_scale, basis_injection.comm_scale))
+        return {}
+
+    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
+    monkeypatch.setattr(predict_run, "measure_target", measure_target)
+    monkeypatch.setattr(predict_run, "predict_one", predict_one)
+    monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
+    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
+    monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    predict_run.held_out("test", [1, 2], [1], repeats=1, progress=lambda *a: None,
+                         injection=Injection(comm_scale=4, compute_ms=10))
+    assert runs == [(1, 2, 1.0, 10), (1, 10, 4, 10), (2, 10, 4, 10)]
+    assert scales == [4] and passed == [(4, 4)]
 
 
 def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_timings():

@@ -83,6 +83,28 @@ def test_timings_at_n_go_over_the_backend_the_basis_ran_on(monkeypatch):
     assert launched == ["nccl", "gloo", "auto"]
 
 
+def test_a_slower_link_known_at_n_is_timed_with_its_bytes(monkeypatch):
+    """``--inject comm_scale=4`` makes every bucket's all-reduce move 4 times its bytes in
+    the run at N': the timings at N' move them too (buckets of 10 and 20 elements: 40 and
+    80), and say so; without it, the buckets as they are."""
+    sent = []
+
+    class Done:
+        result = {"ranks": [{"rank": 0, "images_per_s": 5.0, "bucket_comm_s": [1e-3, 2e-3],
+                             "broadcast_s": 0.0, "compute_slowdown": 1.0, "contention": {}}]}
+
+    def launch(entry, kwargs, lc, quiet):
+        sent.append(kwargs["elements"])
+        return Done()
+
+    monkeypatch.setattr(predict_run, "launch", launch)
+    slow = predict_run.measure_target("test", 2, _basis(), progress=lambda s: None,
+                                      comm_scale=4)
+    predict_run.measure_target("test", 2, _basis(), progress=lambda s: None)
+    assert sent == [[[40], [80]], [[10], [20]]]
+    assert any("4 times slower" in note for note in slow.notes)
+
+
 def test_the_simulated_nodes_talk_gloo_on_a_gpu_machine_too(monkeypatch):
     """Two "nodes" of one rank on one host would both take GPU 0 under NCCL, which NCCL
     refuses; what they time is the loopback link's plumbing, which gloo carries anywhere."""

@@ -20,6 +20,7 @@ import statistics
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
 from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
 from swinkit.data.loader import ensure_data
+from swinkit.experiments.injected_costs import injected_costs, without_link
 from swinkit.experiments.target_probes import meeting_segments
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
@@ -29,9 +30,13 @@ from swinkit.runs.ddp_sweep import images_per_rank
 from swinkit.runs.sweep import oversubscribe_allowed
 
 
-def measure_target(preset: str, world_size: int, basis: dict, progress=print) -> Target:
-    """The target-size measurements for a prediction from ``basis`` (:func:`basis_of`)."""
+def measure_target(preset: str, world_size: int, basis: dict, progress=print,
+                   comm_scale: float = 1.0) -> Target:
+    """The target-size measurements for a prediction from ``basis`` (:func:`basis_of`).
+    ``comm_scale``: an injected slower link known at N' (``--inject comm_scale=K``): each
+    bucket's all-reduce timed with K times its elements, as the run's collectives move them."""
     probe = basis["probe"]
+    elements = [[int(n * comm_scale) for n in bucket] for bucket in probe["elements"]]
     progress(f"[world size {world_size}] without the model: loader supply with {world_size} "
              "loaders at once, the buckets' all-reduces and the buffer broadcast")
     # over the backend the basis ran on, which decides the device (a basis kept before it
@@ -40,7 +45,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
                       allow_oversubscribe=oversubscribe_allowed())
     ranks = launch("swinkit.experiments.target_probes:target_rank",
                    dict(preset=preset, workers=basis["host"]["loader_workers"],
-                        elements=probe["elements"], dtype=probe["dtype"],
+                        elements=elements, dtype=probe["dtype"],
                         buffer_shapes=probe["buffer_shapes"],
                         segments_s=meeting_segments(basis["costs"])),
                    lc, quiet=True).result["ranks"]
@@ -48,6 +53,9 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print) ->
     notes = ([f"the stand-in's compute slowdown read {len(readings)} times over the timing "
               f"launch at N': " + ", ".join(f"x{x:.3f}" for x in readings) + "; the median taken"]
              if len(readings) > 1 else [])
+    if comm_scale > 1:
+        notes.append(f"known at N': the link {comm_scale:g} times slower (comm_scale): each "
+                     f"bucket's all-reduce timed with {comm_scale:g} times its elements")
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
@@ -98,8 +106,10 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     the largest "from" run) with the baselines and the model with its network term dropped
     beside it. ``injection``: what the run at the target is known to add (a straggler there),
     taken into the model's replay; the naive predictions know nothing of it.
-    ``basis_injection``: the one the run predicted from had (in its timings already)."""
+    ``basis_injection``: the one the run predicted from had (in its timings already). A
+    slower link (``comm_scale``) is not taken here: :func:`measure_target` times it."""
     c, host = basis["costs"], Host(**basis["host"])
+    injection, basis_injection = without_link(injection), without_link(basis_injection)
     injected, delay = injected_costs(injection, target.world_size, host,
                                      (basis_injection, c["world_size"]))
     pred = predict_at(c, target, host, injected=injected, launch_delay_s=delay)
@@ -120,52 +130,6 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     return pred
 
 
-def injected_costs(injection: Injection | None, world_size: int, host: Host,
-                   already: tuple[Injection | None, int] = (None, 1)):
-    """Per rank at ``world_size``: the seconds per phase and iteration ``injection`` adds
-    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``).
-    ``already``: (the injection of the run predicted from, its world size). Its ranks'
-    median of that injection is in the profile every rank at N' starts from, so it is taken
-    off first: an injection on every rank is counted once, and one on rank 0 alone of a
-    basis at 1 leaves the other ranks at N' (negative seconds). Not its data_ms: the loading
-    at N' comes from the clean loaders timed there. Nor comm_ms: the local steps that give
-    the basis run none of the collectives it delays.
-
-    >>> every = Injection(compute_ms=50)
-    >>> injected_costs(every, 2, Host(64, 1, 0, 2), (every, 1))
-    (None, None)
-    >>> injected_costs(Injection(compute_ms=50, ranks=(0,)), 2, Host(64, 1, 0, 2),
-    ...                (Injection(compute_ms=50, ranks=(0,)), 1))[0]
-    {1: {'forward': -0.05}}
-    """
-    mine = {r: _phase_costs(injection, host) if injection is not None
-            and injection.applies_to(r) else {} for r in range(world_size)}
-    before, n0 = already
-    held = [_phase_costs(before, host) if before is not None and before.applies_to(r) else {}
-            for r in range(n0)]
-    base = {k: statistics.median(h.get(k, 0.0) for h in held)
-            for k in {k for h in held for k in h} - {"data_wait"}}
-    extra = {r: {k: v for k in set(ph) | set(base)
-                 if (v := ph.get(k, 0.0) - base.get(k, 0.0))} for r, ph in mine.items()}
-    extra = {r: ph for r, ph in extra.items() if ph}
-    delay = ({r: injection.comm_ms * 1e-3 / injection.every for r in range(world_size)
-              if injection.applies_to(r)} if injection is not None and injection.comm_ms
-             else None)
-    return extra or None, delay
-
-
-def _phase_costs(injection: Injection, host: Host) -> dict[str, float]:
-    """Seconds per phase and iteration ``injection`` adds on a rank it applies to."""
-    if not injection.active:
-        return {}
-    per_it = 1e-3 / injection.every
-    extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
-             "optimizer": injection.optimizer_ms * per_it}
-    if host.loader_workers == 0:  # each sample of the rank's batch, on the rank's own time
-        extra["data_wait"] = injection.data_ms * host.images_per_rank * per_it
-    return {k: v for k, v in extra.items() if v}
-
-
 def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
              repeats: int = 3, score: bool = True, injection=None, same_launch: bool = False,
              progress=print) -> dict:
@@ -174,11 +138,9 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     the prediction. The timings at N' come first so that the run predicted from is the one
     just before the run at N': on a shared host the speed drifts over minutes, and a basis
     measured closer in time carries less of that drift into the score. They need the buckets'
-    sizes, which one short run at the largest "from" size gives before the first launch.
-    The readings of the host's sharing at N' are averaged over the launches so far
-    (:func:`pooled`): still all made before the run they predict.
-    ``same_launch``: the run at 1 is made inside the launch at N' (:func:`_same_launch`).
-    Returns ``{"launches": [...], "summary": {size: ...}}``."""
+    sizes: one short run at the largest "from" size first. The readings of the host's sharing
+    at N' are averaged over the launches so far (:func:`pooled`), all made before the run.
+    ``same_launch``: the run at 1 is made inside the launch at N' (:func:`_same_launch`)."""
     sources, targets = _sizes(world_sizes, predict_from_sizes, same_launch, score)
     injection = injection or Injection()
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
@@ -190,14 +152,16 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     # or announced: a bad --data-root or --inject fails in a second, not after minutes
     configs = [spec.validate()[0] for spec in specs.values()]
     ensure_data(configs[0], progress=progress)  # one data root for every size
-    progress(f"[world size {sources[-1]}] a short run for the buckets' sizes the timings at "
-             f"N' need")
-    probe_basis = basis_of(run_ddp(dataclasses.replace(specs[sources[-1]], iters=2, warmup=1),
-                                   progress=progress))
+    progress(f"[world size {sources[-1]}] a short run: the buckets' sizes for the timings")
+    # the model's own buckets: a slower link known at N' is scaled per target (comm_scale)
+    plain = dataclasses.replace(specs[sources[-1]].injection, comm_scale=1.0)
+    probe_basis = basis_of(run_ddp(dataclasses.replace(specs[sources[-1]], iters=2, warmup=1,
+                                                       injection=plain), progress=progress))
     launches, history = [], {ws: [] for ws in targets}
     for k in range(repeats):
         for ws in targets:
-            history[ws].append(measure_target(preset, ws, probe_basis, progress))
+            scale = specs[ws].injection.comm_scale  # a slower link known at N'
+            history[ws].append(measure_target(preset, ws, probe_basis, progress, scale))
         averaged = {ws: pooled(history[ws]) for ws in targets}
         if same_launch:
             launches.append(_same_launch(specs, averaged, history, injection, k, repeats,
@@ -215,7 +179,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                # this launch's own timings at N', before pooling (the prediction's are pooled)
                "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in targets}}
         for ws in targets:
-            pred = predict_one(basis, t1, averaged[ws], injection.for_world_size(ws),
+            pred = predict_one(basis, t1, averaged[ws], specs[ws].injection,
                                specs[sources[-1]].injection)
             if score:  # written before the run: nothing of the run reaches the prediction
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
