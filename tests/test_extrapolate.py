@@ -249,6 +249,10 @@ def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(mon
     with pytest.raises(ValueError, match="kept no basis"):
         predict_run.held_out_from_sweep(Sweep(results={1: {"iter_s": 1.0}, 2: {"iter_s": 1.1}}),
                                         "test", progress=lambda *a: None)
+    injected = Sweep(results=sweep.results, meta={"injection": {"compute_ms": 40.0,
+                                                                "ranks": [1]}})
+    with pytest.raises(ValueError, match="ran with an injection"):
+        predict_run.held_out_from_sweep(injected, "test", progress=lambda *a: None)
 
 
 def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_twice():
@@ -305,35 +309,85 @@ def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
     assert predict_one(basis, 1.0, target)["predicted_iter_s"] == pytest.approx(1.0)
 
 
+def _one_second_basis(world_size: int = 1, cores: int = 64, injected=(0.0,)) -> dict:
+    """A basis of ``world_size`` ranks of 1.0 s (0.4 forward, 0.5 backward, 0.1 optimizer),
+    the bucket ready at the end of backward, the all-reduce free; rank r's forward longer by
+    ``injected[r]`` (what an injection put into its timings), in every measured step."""
+    def position(extra):
+        phases = {"data_wait": 0.0, "forward": 0.4 + extra, "backward": 0.5,
+                  "exposed_comm": 0.0, "optimizer": 0.1, "other": 0.0}
+        step = {"phases_s": dict(phases), "bucket_ready_s": [0.5 + extra]}
+        return dict(step, samples=[step] * 3)
+    ranks = [{"rank": r, "positions": [position(injected[r])]} for r in range(world_size)]
+    return {"costs": {"world_size": world_size, "grad_accum": 1, "contention": {},
+                      "buffer_sync": False, "ranks": ranks, "bucket_comm_s": [0.0],
+                      "broadcast_s": 0.0},
+            "host": {"cores": cores, "threads_per_rank": 1, "loader_workers": 0,
+                     "images_per_rank": 2}}
+
+
 def test_an_injection_the_run_predicted_from_had_is_not_added_again():
-    """The run at 1 measured 1.0 s with a 200 ms forward injected (on every rank, so on its
-    one). At N' = 2 every rank has the same 200 ms: 1.0 s, not 1.2 (which adding the
+    """The run at 1 measured 1.2 s with a 200 ms forward injected (on every rank, so on its
+    one). At N' = 2 every rank has the same 200 ms: 1.2 s, not 1.4 (which adding the
     injection on top of a basis that holds it gives). Injected on rank 0 alone: at 2 rank 1
-    is 200 ms faster and waits at the bucket for rank 0, 1.0 s again (not 1.2). Rank 1
-    alone, from a run at 1 that did not have it: 1.2 s, as before."""
+    is 200 ms faster and waits at the bucket for rank 0, 1.2 s again. Rank 1 alone, from a
+    run at 1 that did not have it (1.0 s): 1.2 s, as before."""
     from swinkit.experiments.predict_run import predict_one
     from swinkit.injection import Injection
 
-    phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
-              "optimizer": 0.1, "other": 0.0}
-    position = {"phases_s": dict(phases), "bucket_ready_s": [0.5],
-                "samples": [{"phases_s": dict(phases), "bucket_ready_s": [0.5]}] * 3}
-    basis = {"costs": {"world_size": 1, "grad_accum": 1, "contention": {}, "buffer_sync": False,
-                       "ranks": [{"rank": 0, "positions": [position]}], "bucket_comm_s": [0.0],
-                       "broadcast_s": 0.0},
-             "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
-                      "images_per_rank": 2}}
     target = Target(2, [0.0], sync_wait_s=0.0)
+    held = _one_second_basis(injected=(0.2,))
     every = Injection(compute_ms=200)
-    both = predict_one(basis, 1.0, target, every, basis_injection=every)
-    assert both["predicted_iter_s"] == pytest.approx(1.0)
-    assert any("in its timings already" in a for a in both["assumptions"])
+    both = predict_one(held, 1.2, target, every, basis_injection=every)
+    assert both["predicted_iter_s"] == pytest.approx(1.2)
+    assert any("taken off its timings first" in a for a in both["assumptions"])
     first = Injection(compute_ms=200, ranks=(0,))
-    assert predict_one(basis, 1.0, target, first, first.for_world_size(1))[
-        "predicted_iter_s"] == pytest.approx(1.0)
-    second = Injection(compute_ms=200, ranks=(1,))
-    assert predict_one(basis, 1.0, target, second, second.for_world_size(1))[
+    assert predict_one(held, 1.2, target, first, first.for_world_size(1))[
         "predicted_iter_s"] == pytest.approx(1.2)
+    second = Injection(compute_ms=200, ranks=(1,))
+    assert predict_one(_one_second_basis(), 1.0, target, second, second.for_world_size(1))[
+        "predicted_iter_s"] == pytest.approx(1.2)
+
+
+def test_the_injection_taken_off_is_each_ranks_own_and_not_scaled_by_the_sharing():
+    """From 2 ranks where rank 1 held a 300 ms forward (``ranks=1``), to 4: only rank 1 is
+    slow at 4, so 1.3 s; the ranks' median (0.15 s on both) would give 1.15 s, and samples
+    left with rank 1's 300 ms would add an expected-maximum wait on top. On 2 cores, 4
+    ranks of 1 thread run at half speed: the clean 1.0 s doubles to 2.0 and the spin stays
+    300 ms (2.3 s), where scaling the basis as measured gives 2.6 s. Every rank injected,
+    from 1 on 2 cores: 2.0 + 0.3 = 2.3 s as well."""
+    from swinkit.experiments.predict_run import predict_one
+    from swinkit.injection import Injection
+
+    straggler = Injection(compute_ms=300, ranks=(1,))
+    from_two = _one_second_basis(2, injected=(0.0, 0.3))
+    wide = predict_one(from_two, 1.0, Target(4, [0.0], sync_wait_s=0.0), straggler,
+                       straggler.for_world_size(2))
+    assert wide["predicted_iter_s"] == pytest.approx(1.3)
+    shared = predict_one(_one_second_basis(2, cores=2, injected=(0.0, 0.3)), 1.0,
+                         Target(4, [0.0], sync_wait_s=0.0), straggler,
+                         straggler.for_world_size(2))
+    assert shared["predicted_iter_s"] == pytest.approx(2.3)
+    every = Injection(compute_ms=300)
+    alone = predict_one(_one_second_basis(1, cores=2, injected=(0.3,)), 1.3,
+                        Target(4, [0.0], sync_wait_s=0.0), every, every)
+    assert alone["predicted_iter_s"] == pytest.approx(2.3)
+
+
+def test_injections_a_held_out_prediction_cannot_take_are_refused_before_any_run():
+    """every=2 on a rank the run predicted from has: its medians hold the cost or not,
+    depending on which of its steps were injected; a slower link every 2nd step: the
+    all-reduces timed at N' move the larger payload every time. Both refused, naming
+    --inject, before anything runs; every=2 on a rank only N' has is taken."""
+    from swinkit.experiments import predict_run
+    from swinkit.injection import Injection
+
+    for bad in (Injection(compute_ms=50, every=2), Injection(comm_scale=4, every=2)):
+        with pytest.raises(ValueError, match="--inject"):
+            predict_run.held_out("test", [1, 2], [1], injection=bad,
+                                 progress=lambda *a: pytest.fail("started"))
+    predict_run.check_held_out(Injection(ranks=()),
+                               [Injection(compute_ms=50, ranks=(1,), every=2)])
 
 
 def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():

@@ -4,7 +4,7 @@
     whatif_run.py       predict, then run, each remedy
     predict_run.py      predict world sizes not run; run them after and score (held out)
     predict_stored.py   predict from a stored held-out report (ring model, nodes)
-    injected_costs.py   what an injection known at N' adds to a prediction; torch-free
+    injected_costs.py   injections in a held-out prediction (added at N', taken off the basis)
     target_probes.py    what a prediction times at N' without the model (the ranks' side)
     internode.py        the inter-node link timed across two simulated nodes on localhost
     remedies.py         the remedy catalogue (what-ifs); torch-free

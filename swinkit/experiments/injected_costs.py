@@ -1,52 +1,28 @@
-"""What an injection known at the target size adds to a held-out prediction
-(:func:`injected_costs`), against what the run predicted from already had."""
+"""Injections in a held-out prediction: what one known at the target size adds
+(:func:`injected_costs`), the run predicted from as if it had not had one
+(:func:`without_injection`), and the injections no prediction can take (:func:`check_held_out`)."""
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
-from swinkit.attribution.extrapolate import Host
+from swinkit.attribution.extrapolate import Host, injected_positions
 from swinkit.injection import Injection
 
 
-def injected_costs(injection: Injection | None, world_size: int, host: Host,
-                   already: tuple[Injection | None, int] = (None, 1)):
+def injected_costs(injection: Injection | None, world_size: int, host: Host):
     """Per rank at ``world_size``: the seconds per phase and iteration ``injection`` adds
-    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``).
-    ``already``: (the injection of the run predicted from, its world size). Its ranks'
-    median of that injection is in the profile every rank at N' starts from, so it is taken
-    off first: an injection on every rank is counted once, and one on rank 0 alone of a
-    basis at 1 leaves the other ranks at N' (negative seconds). Not its data_ms: the loading
-    at N' comes from the clean loaders timed there. Nor comm_ms: the local steps that give
-    the basis run none of the collectives it delays.
-
-    >>> every = Injection(compute_ms=50)
-    >>> injected_costs(every, 2, Host(64, 1, 0, 2), (every, 1))
-    (None, None)
-    >>> injected_costs(Injection(compute_ms=50, ranks=(0,)), 2, Host(64, 1, 0, 2),
-    ...                (Injection(compute_ms=50, ranks=(0,)), 1))[0]
-    {1: {'forward': -0.05}}
-    """
-    mine = {r: _phase_costs(injection, host) if injection is not None
-            and injection.applies_to(r) else {} for r in range(world_size)}
-    before, n0 = already
-    held = [_phase_costs(before, host) if before is not None and before.applies_to(r) else {}
-            for r in range(n0)]
-    base = {k: statistics.median(h.get(k, 0.0) for h in held)
-            for k in {k for h in held for k in h} - {"data_wait"}}
-    extra = {r: {k: v for k in set(ph) | set(base)
-                 if (v := ph.get(k, 0.0) - base.get(k, 0.0))} for r, ph in mine.items()}
-    extra = {r: ph for r, ph in extra.items() if ph}
-    delay = ({r: injection.comm_ms * 1e-3 / injection.every for r in range(world_size)
-              if injection.applies_to(r)} if injection is not None and injection.comm_ms
-             else None)
-    return extra or None, delay
+    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
+    if injection is None or not injection.active:
+        return None, None
+    ranks = [r for r in range(world_size) if injection.applies_to(r)]
+    extra = phase_costs(injection, host)
+    delay = {r: injection.comm_ms * 1e-3 / injection.every for r in ranks} \
+        if injection.comm_ms else None
+    return ({r: extra for r in ranks} if extra else None), delay
 
 
-def _phase_costs(injection: Injection, host: Host) -> dict[str, float]:
+def phase_costs(injection: Injection, host: Host) -> dict[str, float]:
     """Seconds per phase and iteration ``injection`` adds on a rank it applies to."""
-    if not injection.active:
-        return {}
     per_it = 1e-3 / injection.every
     extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
              "optimizer": injection.optimizer_ms * per_it}
@@ -55,7 +31,49 @@ def _phase_costs(injection: Injection, host: Host) -> dict[str, float]:
     return {k: v for k, v in extra.items() if v}
 
 
+def without_injection(costs: dict, held: dict[int, dict[str, float]]) -> dict:
+    """``costs`` (a basis's component costs) less what each rank's timings held of an
+    injection (``held``: per rank, :func:`injected_costs` at the basis's size), in its phases,
+    its buckets' ready times and each measured step: the run as if clean, so that the
+    prediction adds the target's injection whole, before it scales compute by the host's
+    sharing (an injected spin lasts its wall time whatever the sharing), and neither the
+    median profile nor the slowest-of-N' draws keep a copy. A phase goes down to 0 at most:
+    the optimizer of a micro-batch that does not step holds none of ``optimizer_ms``.
+
+    >>> position = {"phases_s": {"forward": 0.3, "optimizer": 0.0}, "bucket_ready_s": []}
+    >>> without_injection({"ranks": [{"rank": 0, "positions": [position]}]},
+    ...                   {0: {"forward": 0.2, "optimizer": 0.1}})["ranks"][0]["positions"]
+    [{'phases_s': {'forward': 0.09999999999999998, 'optimizer': 0.0}, 'bucket_ready_s': []}]
+    """
+    def clean(position: dict, extra: dict) -> dict:
+        minus = {k: -min(v, position["phases_s"].get(k, 0.0)) for k, v in extra.items()}
+        out = injected_positions([position], minus)[0]
+        if "samples" in position:
+            out["samples"] = [clean(s, extra) for s in position["samples"]]
+        return out
+
+    ranks = [dict(r, positions=[clean(p, held[r["rank"]]) for p in r["positions"]])
+             if r["rank"] in held else r for r in costs["ranks"]]
+    return dict(costs, ranks=ranks)
+
+
 def without_link(injection: Injection | None) -> Injection | None:
     """``injection`` without its slower link (``comm_scale``): that one is no cost of a
     rank's phases but of the collectives, which the timings at N' move at its size."""
     return None if injection is None else dataclasses.replace(injection, comm_scale=1.0)
+
+
+def check_held_out(basis_injection: Injection | None, target_injections) -> None:
+    """ValueError naming ``--inject`` where a held-out prediction cannot take the injection:
+    costs the run predicted from has too, injected every N-th step only (which of its
+    measured steps hold them decides its medians, not the mean), and a slower link every
+    N-th step (the all-reduces timed at N' move the larger payload every time)."""
+    held = without_link(basis_injection)
+    if held is not None and held.active and held.every > 1:
+        raise ValueError("--inject: every=N with costs the run predicted from has too (ranks "
+                         "below its world size) cannot be predicted held out; use every=1, "
+                         "or ranks that run lacks")
+    if any(i.comm_scale > 1 and i.every > 1 for i in target_injections):
+        raise ValueError("--inject: comm_scale with every=N cannot be predicted held out (the "
+                         "all-reduces timed at N' move the scaled payload every time); use "
+                         "every=1")

@@ -20,7 +20,8 @@ import statistics
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
 from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
 from swinkit.data.loader import ensure_data
-from swinkit.experiments.injected_costs import injected_costs, without_link
+from swinkit.experiments.injected_costs import (check_held_out, injected_costs,
+                                                without_injection, without_link)
 from swinkit.experiments.target_probes import meeting_segments
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
@@ -110,8 +111,11 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     slower link (``comm_scale``) is not taken here: :func:`measure_target` times it."""
     c, host = basis["costs"], Host(**basis["host"])
     injection, basis_injection = without_link(injection), without_link(basis_injection)
-    injected, delay = injected_costs(injection, target.world_size, host,
-                                     (basis_injection, c["world_size"]))
+    check_held_out(basis_injection, [])
+    held = injected_costs(basis_injection, c["world_size"], host)[0]
+    if held:  # the run as if clean: the target's injection is added whole
+        c = without_injection(c, held)
+    injected, delay = injected_costs(injection, target.world_size, host)
     pred = predict_at(c, target, host, injected=injected, launch_delay_s=delay)
     pred.update(naive(t1_s, target))
     pred["no_network_s"] = predict_at(c, target, host, network=False, injected=injected,
@@ -119,14 +123,13 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     pred["from_world_size"] = c["world_size"]
     pred["t1_s"] = t1_s
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
-    if injected or delay or (injection is not None and injection.active):
+    if injected or delay or held:
         pred["assumptions"].append(
             f"known at N': the injection {injection.describe()}, its cost per iteration the "
             "amount asked (spread over 'every' iterations as a mean); data_ms only where the "
             "rank loads itself (no loader workers)"
-            + (f"; the run predicted from had {basis_injection.describe()} in its timings "
-               "already: only the difference is added"
-               if basis_injection is not None and basis_injection.active else ""))
+            + (f"; the run predicted from had {basis_injection.describe()}: taken off its "
+               "timings first (what it held per rank), before compute is scaled" if held else ""))
     return pred
 
 
@@ -143,18 +146,14 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     ``same_launch``: the run at 1 is made inside the launch at N' (:func:`_same_launch`)."""
     sources, targets = _sizes(world_sizes, predict_from_sizes, same_launch, score)
     injection = injection or Injection()
-    images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
-    specs = {ws: _paired(preset, ws, iters, warmup, injection, images[ws])
-             for ws in sources + targets}
-    if same_launch:  # the launches at N' carry the run at 1: checked as such below
-        specs.update({ws: dataclasses.replace(specs[ws], solo=True) for ws in targets})
+    specs = _specs(preset, sources, targets, iters, warmup, injection, same_launch)
     # every run's input refused (and the synthetic set written) before anything is launched
     # or announced: a bad --data-root or --inject fails in a second, not after minutes
     configs = [spec.validate()[0] for spec in specs.values()]
     ensure_data(configs[0], progress=progress)  # one data root for every size
     progress(f"[world size {sources[-1]}] a short run: the buckets' sizes for the timings")
     # the model's own buckets: a slower link known at N' is scaled per target (comm_scale)
-    plain = dataclasses.replace(specs[sources[-1]].injection, comm_scale=1.0)
+    plain = without_link(specs[sources[-1]].injection)
     probe_basis = basis_of(run_ddp(dataclasses.replace(specs[sources[-1]], iters=2, warmup=1,
                                                        injection=plain), progress=progress))
     launches, history = [], {ws: [] for ws in targets}
@@ -204,6 +203,19 @@ def _sizes(world_sizes, predict_from_sizes, same_launch: bool, score: bool):
     return sources, targets
 
 
+def _specs(preset, sources, targets, iters, warmup, injection, same_launch) -> dict:
+    """Every size's spec (:func:`_paired`); with ``same_launch`` the targets' carry the solo
+    steps. ValueError where the injection cannot be predicted held out."""
+    images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
+    specs = {ws: _paired(preset, ws, iters, warmup, injection, images[ws])
+             for ws in sources + targets}
+    if same_launch:  # the launches at N' carry the run at 1: validated as such
+        specs.update({ws: dataclasses.replace(specs[ws], solo=True) for ws in targets})
+    check_held_out(None if same_launch else specs[sources[-1]].injection,  # solo: clean
+                   [specs[ws].injection for ws in targets])
+    return specs
+
+
 def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injection, k: int,
                  repeats: int, progress) -> dict:
     """One launch per target size N' whose schedule interleaves, step by step, DDP over the
@@ -241,6 +253,10 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     scored against the sweep's own run at ``target``. That run was made before, but nothing of
     it reaches the prediction: only its median iteration is read, to score. The shape of
     :func:`held_out`'s result, one launch (bench_ddp's cache, which bench_predict reads)."""
+    if Injection(**dict(sweep.meta.get("injection") or {}, ranks=None)).active:
+        raise ValueError("the sweep ran with an injection: a held-out prediction from it "
+                         "would not know what its timings hold (tools/attribute.py --run "
+                         "--predict-from takes one in)")
     first = sweep.get(source)
     basis = first.get("basis")
     if basis is None:
