@@ -409,6 +409,18 @@ def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
     assert repeatability(launches[:1]) == {}
 
 
+def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
+    """held_out's launches and prediction replaced by the test's own; no basis, no score."""
+    from swinkit.experiments import predict_run
+
+    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
+    monkeypatch.setattr(predict_run, "measure_target", measure_target)
+    monkeypatch.setattr(predict_run, "predict_one", predict_one)
+    monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
+    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
+    monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+
+
 def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     """The order of a held-out sweep of 2 launches predicting 2 from 1: one short run at 1 for
     the buckets' sizes, then per launch the timings at 2 (without the model), the run at 1,
@@ -433,12 +445,7 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
         events.append("prediction")
         return {"t1_s": t1, "slowdown": target.compute_slowdown}
 
-    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
-    monkeypatch.setattr(predict_run, "measure_target", measure_target)
-    monkeypatch.setattr(predict_run, "predict_one", predict_one)
-    monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
-    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
-    monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    _fake_launches(monkeypatch, run_ddp, measure_target, predict_one)
     out = predict_run.held_out("test", [1, 2], [1], repeats=2, progress=lambda *a: None)
     launch = ["timings at 2", "run 1", "prediction", "run 2"]
     assert events == ["run 1 short"] + launch + launch
@@ -512,12 +519,7 @@ def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buck
         passed.append((injection.comm_scale, basis_injection.comm_scale))
         return {}
 
-    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
-    monkeypatch.setattr(predict_run, "measure_target", measure_target)
-    monkeypatch.setattr(predict_run, "predict_one", predict_one)
-    monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
-    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
-    monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    _fake_launches(monkeypatch, run_ddp, measure_target, predict_one)
     predict_run.held_out("test", [1, 2], [1], repeats=1, progress=lambda *a: None,
                          injection=Injection(comm_scale=4, compute_ms=10))
     assert runs == [(1, 2, 1.0, 10), (1, 10, 4, 10), (2, 10, 4, 10)]
