@@ -344,6 +344,8 @@ def test_an_injection_the_run_predicted_from_had_is_not_added_again():
     first = Injection(compute_ms=200, ranks=(0,))
     assert predict_one(held, 1.2, target, first, first.for_world_size(1))[
         "predicted_iter_s"] == pytest.approx(1.2)
+    # at N' without it (none given): the run's 200 ms taken off, 1.0 s
+    assert predict_one(held, 1.2, target, None, every)["predicted_iter_s"] == pytest.approx(1.0)
     second = Injection(compute_ms=200, ranks=(1,))
     assert predict_one(_one_second_basis(), 1.0, target, second, second.for_world_size(1))[
         "predicted_iter_s"] == pytest.approx(1.2)

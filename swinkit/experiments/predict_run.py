@@ -123,13 +123,15 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     pred["from_world_size"] = c["world_size"]
     pred["t1_s"] = t1_s
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
-    if injected or delay or held:
+    if injected or delay:
         pred["assumptions"].append(
             f"known at N': the injection {injection.describe()}, its cost per iteration the "
             "amount asked (spread over 'every' iterations as a mean); data_ms only where the "
-            "rank loads itself (no loader workers)"
-            + (f"; the run predicted from had {basis_injection.describe()}: taken off its "
-               "timings first (what it held per rank), before compute is scaled" if held else ""))
+            "rank loads itself (no loader workers)")
+    if held:
+        pred["assumptions"].append(
+            f"the run predicted from had the injection {basis_injection.describe()}: taken off "
+            "its timings first (what each rank held), before compute is scaled")
     return pred
 
 
