@@ -376,6 +376,31 @@ def test_the_injection_taken_off_is_each_ranks_own_and_not_scaled_by_the_sharing
     assert alone["predicted_iter_s"] == pytest.approx(2.3)
 
 
+def test_an_optimizer_injection_costs_once_a_step_under_gradient_accumulation():
+    """Two micro-batches a step (0.4 forward + 0.5 backward each, the optimizer's 0.1 s on
+    the second, the bucket all-reduced there): 1.9 s a step, 0.95 s an iteration. 200 ms
+    more in rank 1's optimizer step at N' = 2: 2.1 s a step (rank 0 waits at the bucket),
+    1.05 s an iteration; added to both micro-batches it would read 1.15."""
+    from swinkit.experiments.predict_run import predict_one
+    from swinkit.injection import Injection
+
+    def position(optimizer, ready):
+        phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
+                  "optimizer": optimizer, "other": 0.0}
+        return {"phases_s": phases, "bucket_ready_s": ready,
+                "samples": [{"phases_s": dict(phases), "bucket_ready_s": ready}] * 3}
+    basis = {"costs": {"world_size": 1, "grad_accum": 2, "contention": {}, "buffer_sync": False,
+                       "ranks": [{"rank": 0, "positions": [position(0.0, []),
+                                                           position(0.1, [0.5])]}],
+                       "bucket_comm_s": [0.0], "broadcast_s": 0.0},
+             "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
+                      "images_per_rank": 2}}
+    target = Target(2, [0.0], sync_wait_s=0.0)
+    assert predict_one(basis, 0.95, target)["predicted_iter_s"] == pytest.approx(0.95)
+    late = predict_one(basis, 0.95, target, Injection(optimizer_ms=200, ranks=(1,)))
+    assert late["predicted_iter_s"] == pytest.approx(1.05)
+
+
 def test_injections_a_held_out_prediction_cannot_take_are_refused_before_any_run():
     """every=2 on a rank the run predicted from has: its medians hold the cost or not,
     depending on which of its steps were injected; a slower link every 2nd step: the

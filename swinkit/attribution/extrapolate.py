@@ -152,19 +152,19 @@ def work_samples(costs: dict) -> list[float]:
 
 
 def injected_positions(positions: list[dict], extra: dict[str, float]) -> list[dict]:
-    """``positions`` with a known cost per iteration added to phases of one rank (an injection
-    at N' that the run it is predicted from did not have): ``extra`` seconds per phase;
-    backward's lands half way through it, so the buckets ready after its middle are late by it.
+    """``positions`` (a rank's micro-batches of a step) with known seconds per phase added
+    (``extra``; negative: taken off): the optimizer's to the last micro-batch only, where the
+    step is; backward's half way through it, so the buckets ready after its middle are late.
 
     >>> injected_positions([{"phases_s": {"backward": 0.4}, "bucket_ready_s": [0.1, 0.3]}],
     ...                    {"backward": 0.05})[0]["bucket_ready_s"]
     [0.1, 0.35]
     """
     out = []
-    for p in positions:
+    for i, p in enumerate(positions):
         ph = dict(p["phases_s"])
-        for phase, seconds in extra.items():
-            ph[phase] = ph.get(phase, 0.0) + seconds
+        for phase in extra if i == len(positions) - 1 else set(extra) - {"optimizer"}:
+            ph[phase] = ph.get(phase, 0.0) + extra[phase]
         half, late = p["phases_s"].get("backward", 0.0) / 2, extra.get("backward", 0.0)
         out.append({"phases_s": ph, "bucket_ready_s": [t + late if t >= half else t
                                                        for t in p["bucket_ready_s"]]})
