@@ -123,6 +123,11 @@ def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_
                      "--data-root", str(missing))
     assert out.returncode == 2 and f"data root {missing} does not exist" in out.stderr
     assert "[world size" not in out.stdout + out.stderr
+    # an injection every 2nd step that the run at 1 has too: its medians cannot say
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--inject", "compute_ms=20,every=2")
+    assert out.returncode == 2 and "--inject: every=N with costs" in out.stderr
+    assert "[world size" not in out.stdout + out.stderr
 
 
 def test_same_launch_is_refused_before_anything_runs_unless_it_predicts_from_1():
