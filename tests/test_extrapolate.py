@@ -316,7 +316,7 @@ def _one_second_basis(world_size: int = 1, cores: int = 64, injected=(0.0,)) -> 
     def position(extra):
         phases = {"data_wait": 0.0, "forward": 0.4 + extra, "backward": 0.5,
                   "exposed_comm": 0.0, "optimizer": 0.1, "other": 0.0}
-        step = {"phases_s": dict(phases), "bucket_ready_s": [0.5 + extra]}
+        step = {"phases_s": dict(phases), "bucket_ready_s": [0.5]}  # from forward's end
         return dict(step, samples=[step] * 3)
     ranks = [{"rank": r, "positions": [position(injected[r])]} for r in range(world_size)]
     return {"costs": {"world_size": world_size, "grad_accum": 1, "contention": {},

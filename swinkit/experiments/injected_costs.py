@@ -10,8 +10,8 @@ from swinkit.injection import Injection
 
 
 def injected_costs(injection: Injection | None, world_size: int, host: Host):
-    """Per rank at ``world_size``: the seconds per phase and iteration ``injection`` adds
-    (``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
+    """Per rank at ``world_size``: the seconds per phase ``injection`` adds (:func:`phase_costs`,
+    ``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
     if injection is None or not injection.active:
         return None, None
     ranks = [r for r in range(world_size) if injection.applies_to(r)]
@@ -22,7 +22,9 @@ def injected_costs(injection: Injection | None, world_size: int, host: Host):
 
 
 def phase_costs(injection: Injection, host: Host) -> dict[str, float]:
-    """Seconds per phase and iteration ``injection`` adds on a rank it applies to."""
+    """Seconds per phase ``injection`` adds on a rank it applies to: per iteration, the
+    optimizer's per optimizer step (:func:`~swinkit.attribution.extrapolate.injected_positions`
+    puts it on a step's last micro-batch); ``every`` spreads them as a mean."""
     per_it = 1e-3 / injection.every
     extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
              "optimizer": injection.optimizer_ms * per_it}

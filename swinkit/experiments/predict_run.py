@@ -125,9 +125,9 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     pred["predicted_efficiency"] = t1_s / pred["predicted_iter_s"]
     if injected or delay:
         pred["assumptions"].append(
-            f"known at N': the injection {injection.describe()}, its cost per iteration the "
-            "amount asked (spread over 'every' iterations as a mean); data_ms only where the "
-            "rank loads itself (no loader workers)")
+            f"known at N': the injection {injection.describe()}, its cost the amount asked "
+            "(per iteration, optimizer_ms per step; spread over 'every' iterations as a mean); "
+            "data_ms only where the rank loads itself (no loader workers)")
     if held:
         pred["assumptions"].append(
             f"the run predicted from had the injection {basis_injection.describe()}: taken off "
