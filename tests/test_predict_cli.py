@@ -266,6 +266,8 @@ def test_held_out_run_on_the_test_preset(tmp_path):
     # median of the work inside it) and is the wait the prediction took
     wait = data["launches"][0]["timed"]["2"]["iteration_wait_s"]
     assert wait >= 0 and two["sync_points_wait_s"] == pytest.approx(wait)
+    # both contention rates read at 2: enough rounds ran beside the stand-in's chunks
+    assert set(data["launches"][0]["timed"]["2"]["contention"]) == {"compute_rate", "comm_rate"}
     assert "world size 2, accuracy per launch" in out.stdout
 
 

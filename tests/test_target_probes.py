@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from swinkit.experiments import internode, predict_run
-from swinkit.experiments.target_probes import STAND_IN_SIDE, backward_stand_in
+from swinkit.experiments.contention_probe import STAND_IN_SIDE, backward_stand_in
 from swinkit.rank.devices import rank_device
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 
 from swinkit.attribution.extrapolate import median_profile
+from swinkit.experiments.contention_probe import proxy_contention
 from swinkit.rank.devices import rank_device
 
 
@@ -64,57 +65,6 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
-
-
-# the matrix side of backward's stand-in: on CPU a one-thread chunk of about 1 ms per product;
-# on a GPU one large enough that the products, not their launches, take the time
-STAND_IN_SIDE = {"cpu": 160, "cuda": 2048}
-
-
-def backward_stand_in(device, randn=None):
-    """(a square matrix on ``device``, a wait for the products queued on it): on a GPU they
-    are queued, so a chunk is timed between two waits; on CPU nothing is queued. The wait is
-    for this thread's stream alone: torch.cuda.synchronize would also wait for the
-    all-reduces the load thread runs beside the chunk on a stream of its own, and read them
-    as slowed compute."""
-    import torch
-    randn = randn or torch.randn
-    a = randn(STAND_IN_SIDE[device.type], STAND_IN_SIDE[device.type], device=device)
-    if device.type != "cuda":
-        return a, lambda: None
-    return a, torch.cuda.current_stream(device).synchronize
-
-
-def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
-                     work: int = 40) -> dict:
-    """The contention rates (:mod:`swinkit.measure.contention`) with fixed matmul work standing
-    in for backward, on the rank's device: that work alone, then beside the buckets'
-    all-reduces running round after round on a thread (every rank at once), and the rounds
-    alone (hot) against beside it."""
-    import time
-
-    from swinkit.measure.contention import CommLoad, rates
-    from swinkit.rank.collective_timing import time_collectives
-
-    a, wait = backward_stand_in(device)
-
-    def chunk() -> float:
-        wait()
-        start = time.perf_counter()
-        for _ in range(work):
-            a @ a
-        wait()
-        return time.perf_counter() - start
-
-    alone = [chunk() for _ in range(reps)]
-    round_alone = sum(time_collectives(elements, dtype, device, "all_reduce"))
-    load = CommLoad(elements, dtype, device)
-    load.start()
-    loaded = [chunk() for _ in range(reps)]
-    load.finish()
-    load.join_or_raise(timeout_s=300)
-    got = rates(alone, loaded, round_alone, load.rounds)
-    return {k: got[k] for k in ("compute_rate", "comm_rate") if got[k] is not None}
 
 
 def swin_block_work(images: int):
