@@ -67,18 +67,19 @@ def proxy_contention(elements: list[list[int]], dtype, device, reps: int = 12,
 
 def loaded_chunks(reps: int, round_alone_s: float, chunk_s: float, cap_s: float = 20.0) -> int:
     """How many stand-in chunks to time beside the all-reduce rounds: at least ``reps``, and
-    enough for 15 rounds at 3 times their time alone (rounds beside compute ran up to 3 times
-    slower here), within ``cap_s`` seconds of chunks. The comm rate is the median of the
-    rounds less the first and the last, and not read at all under 5 (the replay then assumes
-    no contention): 12 chunks (3.3-3.7 ms each here) beside the `test` buckets' rounds (3.4
-    ms alone) left a handful of rounds (comm rates 1.0, 0.36, 0.69 in three launches), and
-    beside 8 times those buckets (``comm_scale=8``, ~15 ms a round) none was read.
+    enough for 15 rounds at 5 times their time alone (rounds beside compute ran up to 3 times
+    slower here), up to about ``cap_s`` seconds of chunks (this rank's chunks alone; the
+    ranks take the largest count). The comm rate is the median of the rounds less the first
+    and the last, and not read at all under 5 (the replay then assumes no contention): 12
+    chunks (3.3-3.7 ms each here) beside the `test` buckets' rounds (3.4 ms alone) left a
+    handful of rounds (comm rates 1.0, 0.36, 0.69 in three launches), and beside 8 times
+    those buckets (``comm_scale=8``, ~15 ms a round) none was read.
 
-    >>> loaded_chunks(12, 0.0034, 0.0034)  # 15 x 3 rounds of 3.4 ms: 45 chunks of 3.4 ms
-    45
+    >>> loaded_chunks(12, 0.0034, 0.0034)  # 15 x 5 rounds of 3.4 ms: 75 chunks of 3.4 ms
+    75
     >>> loaded_chunks(12, 0.0001, 0.0034), loaded_chunks(12, 10.0, 1.0)  # reps; the cap
     (12, 20)
     """
     import math
-    need = math.ceil(15 * 3 * round_alone_s / max(chunk_s, 1e-9))
+    need = math.ceil(15 * 5 * round_alone_s / max(chunk_s, 1e-9))
     return max(reps, min(need, int(cap_s / max(chunk_s, 1e-9))))
