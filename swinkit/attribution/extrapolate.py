@@ -178,8 +178,9 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     the largest measured size, :func:`swinkit.runs.component_costs.costs`). ``network=False``
     drops the communication terms (the trap of a model that pins its network term to zero).
     ``injected``: per rank at N', seconds per phase known to be added there (an iteration's;
-    the optimizer's a step's: :func:`injected_positions`); ``launch_delay_s``: per rank, seconds each bucket's
-    all-reduce starts late (as :func:`~swinkit.attribution.oracle.simulate` takes them).
+    the optimizer's a step's: :func:`injected_positions`); ``launch_delay_s``: per rank,
+    seconds each bucket's all-reduce starts late (as :func:`~swinkit.attribution.oracle.simulate`
+    takes them).
     Returns ``predicted_iter_s`` and its parts, every figure predicted."""
     # Long: the model's terms in the order they build on each other (cores, compute, loading,
     # the replay with communication, the wait for the slowest rank); split, each would pass on
