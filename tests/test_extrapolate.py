@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from swinkit.attribution.extrapolate import (Host, Target, core_slowdown, efficiency,
-                                             expected_max, median_max, naive, predict_at,
-                                             quantile)
+from swinkit.attribution.extrapolate import (Host, Target, core_slowdown, efficiency, naive,
+                                             predict_at)
 from swinkit.attribution.links import Device, Link, fit_link, project, ring_allreduce_s, ring_target
+from swinkit.attribution.order_statistics import expected_max, median_max, quantile
 
 PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
           "optimizer": 0.1, "other": 0.0}
@@ -446,6 +446,7 @@ def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
     monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
     monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
     monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    monkeypatch.setattr(predict_run, "_explain_miss", lambda *args: None)
 
 
 def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
@@ -511,8 +512,12 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: run)
     monkeypatch.setattr(predict_run, "score_against",
                         lambda pred, measured, paired: scored.append((measured, paired)))
+    explained = []  # the miss split from the solo basis and the launch's own local steps
+    monkeypatch.setattr(predict_run, "_explain_miss", lambda pred, basis, target, run, *inj:
+                        explained.append((basis["part"], target.world_size, run["local_run"])))
     out = predict_run.held_out("test", [1, 2], [1], repeats=2, same_launch=True,
                                progress=lambda *a: None)
+    assert explained == [("solo_run", 2, "the local steps")] * 2
     launch = ["timings at 2", "run 2 solo", "prediction from solo_run"]
     assert events == ["run 1 short"] + launch + launch
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]

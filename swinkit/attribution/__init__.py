@@ -13,7 +13,9 @@
     neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
     extrapolate.py  the iteration at a world size not run (held out), from a smaller run
+    order_statistics.py the slowest of n draws from measured samples (median, mean)
     held_out_scores.py  a held-out prediction scored: accuracy, worst launch, repeatability
+    miss_split.py   where a held-out prediction missed, input by input
     links.py        the ring all-reduce from link figures, multi-node, the thesis projection
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run

@@ -22,7 +22,8 @@ on N', and what does is either measured cheaply at N' without the model or model
   the measured iteration is a median, so the prediction adds the median of the maximum of N'
   draws less the median of one, from the empirical distribution's order statistics: the
   maximum of N' draws is below x with probability F(x)^N', so its median is the
-  0.5^(1/N') quantile (:func:`median_max`; :func:`expected_max` gives the mean, reported).
+  0.5^(1/N') quantile (:mod:`~swinkit.attribution.order_statistics`; the mean is reported
+  beside it).
   The wait timed at N' with equal work on every rank (``iteration_wait_s``: in the model's
   rhythm between meetings; else ``sync_wait_s`` per sync point) replaces it where larger,
   and stands alone where the ranks' threads outnumber the cores (time-sliced ranks are not
@@ -37,6 +38,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
+from swinkit.attribution.order_statistics import expected_max, median_max
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -57,6 +59,7 @@ class Target:
     bucket_comm_s: list[float]
     broadcast_s: float = 0.0
     supply_images_per_s: float | None = None  # per rank, N' loaders at once
+    data_wait_s: float | None = None  # stated: each iteration's data wait at N' (not the supply's)
     source: str = "timed at N'"
     notes: list[str] = field(default_factory=list)
     ranks_per_node: int | None = None  # sharing one host's cores (default: every rank)
@@ -71,41 +74,6 @@ class Target:
     # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
     # (shared cores, caches, memory bandwidth), timed at N'; None: not timed
     compute_slowdown: float | None = None
-
-
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` by linear interpolation between order statistics
-    (position q x (m - 1) in the sorted values; numpy's default).
-
-    >>> quantile([1.0, 2.0, 3.0], 0.75)
-    2.5
-    """
-    if not values:
-        raise ValueError("quantile of no values")
-    if not 0 <= q <= 1:
-        raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def median_max(values: list[float], n: int) -> float:
-    """The median of the maximum of ``n`` independent draws from ``values``' empirical
-    distribution: its 0.5^(1/n) quantile (P(max <= x) = F(x)^n)."""
-    return quantile(values, 0.5 ** (1 / n))
-
-
-def expected_max(values: list[float], n: int) -> float:
-    """E[max of ``n`` independent draws] from ``values`` (each equally likely): the i-th
-    smallest of m is the maximum with probability (i/m)^n - ((i-1)/m)^n.
-
-    >>> expected_max([1.0, 2.0], 2)  # max is 2 unless both draws are 1 (probability 1/4)
-    1.75
-    """
-    xs, m = sorted(values), len(values)
-    return sum(x * ((i / m) ** n - ((i - 1) / m) ** n) for i, x in enumerate(xs, 1))
 
 
 def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> float:
@@ -205,7 +173,9 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
         for k in COMPUTE_PHASES:
             if k in ph:
                 ph[k] *= slow
-        if load_s is not None:
+        if target.data_wait_s is not None:
+            ph["data_wait"] = target.data_wait_s
+        elif load_s is not None:
             # no workers: the rank loads itself; with workers only the excess over compute
             stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
             ph["data_wait"] = stall if host.loader_workers == 0 else max(ph["data_wait"], stall)

@@ -19,13 +19,14 @@ import statistics
 
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
 from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
+from swinkit.attribution.miss_split import split_miss
 from swinkit.data.loader import ensure_data
 from swinkit.experiments.injected_costs import (check_held_out, injected_costs,
                                                 without_injection, without_link)
 from swinkit.experiments.target_probes import meeting_segments
 from swinkit.injection import Injection
 from swinkit.launch import LaunchConfig, launch
-from swinkit.runs.component_costs import basis_of, predict_from
+from swinkit.runs.component_costs import basis_of, costs, predict_from
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 from swinkit.runs.ddp_sweep import images_per_rank
 from swinkit.runs.sweep import oversubscribe_allowed
@@ -186,6 +187,8 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 run = run_ddp(specs[ws], progress=progress)
                 score_against(pred, run["iter_s"], predict_from(run["local_run"], specs[ws]))
+                _explain_miss(pred, basis, averaged[ws], run,
+                              specs[sources[-1]].injection, specs[ws].injection)
             row["targets"][ws] = pred
         launches.append(row)
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
@@ -240,12 +243,23 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
         pred = predict_one(basis, t1, target, injection.for_world_size(ws))
         score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
+        _explain_miss(pred, basis, target, run, None, spec.injection)
         row["targets"][ws] = pred
         # the row's T(1) and basis: the first target's launch (each prediction has its own)
         row["measured_from"].setdefault(1, t1)
         row.setdefault("basis", basis)
         row.setdefault("t1_s", t1)
     return row
+
+
+def _explain_miss(pred: dict, basis: dict, target: Target, run: dict, *injections) -> None:
+    """Add to a scored ``pred`` where it missed, input by input (:func:`split_miss`): the run
+    at N''s own components swapped in for the predicted ones. Not with an injection in either
+    run: one known at N' is no input of the run's own to swap."""
+    if any(i is not None and i.active for i in injections):
+        return
+    pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]),
+                                    costs(run["local_run"]), run["iter_s"])
 
 
 def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,

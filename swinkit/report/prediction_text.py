@@ -4,6 +4,7 @@ assumptions listed. Rendering only: the numbers come from
 :mod:`swinkit.experiments.predict_run` and :mod:`swinkit.attribution.links`."""
 from __future__ import annotations
 
+from swinkit.attribution.miss_split import TERMS, mean_terms
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
 
 PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1)"),
@@ -73,6 +74,7 @@ def held_out_lines(result: dict) -> list[str]:
             out.append(f"  measured in the run at N={ws} afterwards (paired components, ms): "
                        f"{parts}")
     out += sharing_lines(result["launches"])
+    out += miss_lines(result["launches"])
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
@@ -97,6 +99,29 @@ def sharing_lines(launches: list[dict]) -> list[str]:
                    + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading: "
                    + ", ".join(f"x{x:.3f}" for x in own) + "; averaged over the launches so "
                    "far, then the larger of it and the cores' overcommit)")
+    return out
+
+
+def miss_lines(launches: list[dict]) -> list[str]:
+    """Per scored launch and size, where the miss lay, input by input
+    (:mod:`swinkit.attribution.miss_split`), and each term's mean over the launches."""
+    rows = [(row["launch"], ws, p["miss_split"]) for row in launches
+            for ws, p in row["targets"].items() if "miss_split" in p]
+    if not rows:
+        return []
+
+    def terms(t: dict) -> str:
+        return ", ".join(f"{name.replace('_', ' ')} {t[name] * 1e3:+.1f}" for name in TERMS)
+    out = ["where the miss lay (ms, + where the prediction was short): the run's own inputs at "
+           "N' (its paired components) swapped in one at a time in this order, the prediction "
+           "remade after each; the terms add up to measured - predicted"]
+    for launch, ws, split in rows:
+        miss = split["measured_s"] - split["predicted_s"]
+        out.append(f"  launch {launch}, N={ws}: {terms(split['terms_s'])} ({miss * 1e3:+.1f})")
+    for ws in sorted({ws for _, ws, _ in rows}, key=int):
+        mine = [split for _, w, split in rows if w == ws]
+        if len(mine) > 1:
+            out.append(f"  mean over {len(mine)} launches, N={ws}: {terms(mean_terms(mine))}")
     return out
 
 
