@@ -80,6 +80,24 @@ def test_a_stand_in_that_read_the_slowdown_right_leaves_no_compute_term():
     assert none["paired_s"] == pytest.approx(1.35)
 
 
+def test_compute_swapped_in_on_an_overcommitted_host_keeps_the_slowdown_it_was_predicted_with():
+    """One loader worker per rank busy half the step (a supply of 2 images/s, 0.5 s a batch,
+    against 1.0 s of compute at 1) on 2 cores: 1.5 cores a rank, x1.5 at 2 ranks. Predicted:
+    forward 0.6, backward 0.75 to 1.35 (bucket 0 from 0.975 to 1.175, bucket 1 1.35-1.45), the
+    optimizer's 0.15 to 1.6. The run computed 1.8 times the run at 1: forward 0.72, backward
+    to 1.62, bucket 1 1.62-1.72, 0.18 to 1.9: compute +0.3, and no other term (its ranks
+    alike, no data wait: the worker's 0.5 s hides behind the compute). Were the slowdown
+    worked out again from the swapped compute (the worker then busy 0.5 / 1.2 of it: x1.417),
+    compute would read +0.2 and the ranks' wait the other 0.1."""
+    paired = {**_basis(1.8), "world_size": 2, "bucket_comm_s": [0.2, 0.1]}
+    paired["ranks"] = [dict(paired["ranks"][0], rank=r) for r in (0, 1)]
+    host = Host(cores=2, loader_workers=1)
+    got = split_miss(_basis(), Target(2, [0.2, 0.1], supply_images_per_s=2.0), host, paired,
+                     measured_s=1.9)
+    assert got["predicted_s"] == pytest.approx(1.6)
+    assert got["terms_s"] == pytest.approx(dict.fromkeys(TERMS, 0.0) | {"compute": 0.3})
+
+
 def test_runs_that_accumulate_differently_are_refused_by_name():
     paired = {**_paired(), "grad_accum": 2}
     with pytest.raises(ValueError, match="accumulate differently"):
@@ -103,7 +121,8 @@ def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not(monkeypa
     from swinkit.experiments import predict_run
     from swinkit.injection import Injection
 
-    monkeypatch.setattr(predict_run, "costs", lambda local_run: _paired())
+    local_runs = {"the local steps": _paired(), "accumulating": {**_paired(), "grad_accum": 2}}
+    monkeypatch.setattr(predict_run, "costs", lambda local_run: local_runs[local_run])
     basis = {"costs": _basis(), "host": vars(BIG_HOST)}
     run = {"iter_s": 1.7, "local_run": "the local steps"}
     pred = {}
@@ -113,6 +132,11 @@ def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not(monkeypa
     predict_run._explain_miss(injected, basis, Target(2, [0.2, 0.1]), run, None,
                               Injection(compute_ms=40, ranks=(1,)))
     assert injected == {}
+    # a split that cannot be made is noted, not raised: the launches scored are kept
+    odd = {}
+    predict_run._explain_miss(odd, basis, Target(2, [0.2, 0.1]),
+                              {**run, "local_run": "accumulating"}, None, Injection())
+    assert "accumulate differently" in odd["miss_split"]["error"]
 
 
 def test_the_report_prints_each_launchs_terms_and_their_mean():
@@ -133,4 +157,5 @@ def test_the_report_prints_each_launchs_terms_and_their_mean():
     assert lines[3] == ("  mean over 2 launches, N=2: compute +50.0, loading +25.0, "
                         "communication +150.0, contention +50.0, rank wait +50.0, "
                         "beyond replay +25.0")
-    assert miss_lines([{"launch": 1, "targets": {2: {}}}]) == []
+    assert miss_lines([{"launch": 1, "targets": {2: {}}},
+                       {"launch": 2, "targets": {2: {"miss_split": {"error": "x"}}}}]) == []

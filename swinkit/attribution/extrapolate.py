@@ -141,14 +141,17 @@ def injected_positions(positions: list[dict], extra: dict[str, float]) -> list[d
 
 def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
                injected: dict[int, dict[str, float]] | None = None,
-               launch_delay_s: dict[int, float] | None = None) -> dict:
+               launch_delay_s: dict[int, float] | None = None,
+               slowdown: float | None = None) -> dict:
     """The iteration at ``target.world_size`` from ``costs`` (the component costs of the run at
     the largest measured size, :func:`swinkit.runs.component_costs.costs`). ``network=False``
     drops the communication terms (the trap of a model that pins its network term to zero).
     ``injected``: per rank at N', seconds per phase known to be added there (an iteration's;
     the optimizer's a step's: :func:`injected_positions`); ``launch_delay_s``: per rank,
     seconds each bucket's all-reduce starts late (as :func:`~swinkit.attribution.oracle.simulate`
-    takes them).
+    takes them). ``slowdown``: compute's slowdown by the shared host, stated (else from the
+    cores' overcommit and the stand-in; :mod:`~swinkit.attribution.miss_split` holds it while
+    it swaps compute, which the overcommit's loading share would otherwise move).
     Returns ``predicted_iter_s`` and its parts, every figure predicted."""
     # Long: the model's terms in the order they build on each other (cores, compute, loading,
     # the replay with communication, the wait for the slowest rank); split, each would pass on
@@ -165,7 +168,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # bandwidth) as well as an overcommit of them: the larger of the two, not both (which
     # would count an overcommit twice); relative to one rank, so only from a basis at 1
     timed = target.compute_slowdown if (target.compute_slowdown and n0 == 1) else 1.0
-    slow = max(over, timed)
+    slow = slowdown if slowdown is not None else max(over, timed)
     positions = []
     for p in profile:
         ph = dict(p["phases_s"])

@@ -6,7 +6,8 @@ N0 scaled by the stand-in, the timings at N' without the model) can be swapped f
 run itself showed, one after another, re-predicting after each swap; a term is how far its
 swap moved the prediction. The order is fixed: compute, loading, communication, contention,
 then the ranks' wait (the model's median rank plus its timed wait, against the run's own
-ranks replayed iteration by iteration: the paired oracle), then what the DDP steps took beyond
+ranks replayed iteration by iteration: the paired oracle; on GPU presets at N > 1 this term
+also holds SyncBN's collectives, which the held-out model leaves out), then what the DDP steps took beyond
 that replay. The terms telescope: they sum to measured - predicted. Where two inputs interact
 (compute moves when a bucket is ready, and so how much of its all-reduce hides), the shared
 part falls to the later term: another order would split it a little differently.
@@ -38,11 +39,13 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
         raise ValueError("split_miss: the run at N' and the basis accumulate differently "
                          f"({paired['grad_accum']} against {basis['grad_accum']} micro-batches)")
 
+    slow = predict_at(basis, target, host)["compute_slowdown"]
+
     def predicted(costs: dict, tgt: Target) -> float:
-        return predict_at(costs, tgt, host)["predicted_iter_s"]
+        # the slowdown held: from the overcommit it moves with the compute it is the share of
+        return predict_at(costs, tgt, host, slowdown=slow)["predicted_iter_s"]
 
     steps = [predicted(basis, target)]
-    slow = predict_at(basis, target, host)["compute_slowdown"]
     seen = median_profile(paired)
     # compute: the run's median rank's phases and ready times, put in before the prediction
     # scales them by the host's sharing (so that they come out as the run showed them)

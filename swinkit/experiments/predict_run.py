@@ -255,11 +255,15 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
 def _explain_miss(pred: dict, basis: dict, target: Target, run: dict, *injections) -> None:
     """Add to a scored ``pred`` where it missed, input by input (:func:`split_miss`): the run
     at N''s own components swapped in for the predicted ones. Not with an injection in either
-    run: one known at N' is no input of the run's own to swap."""
+    run: one known at N' is no input of the run's own to swap. A split that cannot be made
+    is recorded as such: the launches already scored are not lost to it."""
     if any(i is not None and i.active for i in injections):
         return
-    pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]),
-                                    costs(run["local_run"]), run["iter_s"])
+    try:
+        pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]),
+                                        costs(run["local_run"]), run["iter_s"])
+    except (ValueError, KeyError) as exc:
+        pred["miss_split"] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,

@@ -106,7 +106,7 @@ def miss_lines(launches: list[dict]) -> list[str]:
     """Per scored launch and size, where the miss lay, input by input
     (:mod:`swinkit.attribution.miss_split`), and each term's mean over the launches."""
     rows = [(row["launch"], ws, p["miss_split"]) for row in launches
-            for ws, p in row["targets"].items() if "miss_split" in p]
+            for ws, p in row["targets"].items() if "terms_s" in p.get("miss_split", {})]
     if not rows:
         return []
 
