@@ -157,5 +157,7 @@ def test_the_report_prints_each_launchs_terms_and_their_mean():
     assert lines[3] == ("  mean over 2 launches, N=2: compute +50.0, loading +25.0, "
                         "communication +150.0, contention +50.0, rank wait +50.0, "
                         "beyond replay +25.0")
-    assert miss_lines([{"launch": 1, "targets": {2: {}}},
-                       {"launch": 2, "targets": {2: {"miss_split": {"error": "x"}}}}]) == []
+    unsplit = {"launch": 3, "targets": {2: {"miss_split": {"error": "KeyError: 'samples'"}}}}
+    assert miss_lines(launches + [unsplit])[-1] == ("  launch 3, N=2: not split "
+                                                     "(KeyError: 'samples')")
+    assert miss_lines([{"launch": 1, "targets": {2: {}}}]) == []

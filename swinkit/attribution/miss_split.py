@@ -7,10 +7,11 @@ run itself showed, one after another, re-predicting after each swap; a term is h
 swap moved the prediction. The order is fixed: compute, loading, communication, contention,
 then the ranks' wait (the model's median rank plus its timed wait, against the run's own
 ranks replayed iteration by iteration: the paired oracle; on GPU presets at N > 1 this term
-also holds SyncBN's collectives, which the held-out model leaves out), then what the DDP steps took beyond
-that replay. The terms telescope: they sum to measured - predicted. Where two inputs interact
-(compute moves when a bucket is ready, and so how much of its all-reduce hides), the shared
-part falls to the later term: another order would split it a little differently.
+also holds SyncBN's collectives, which the held-out model leaves out), then what the DDP
+steps took beyond that replay. The terms telescope: they sum to measured - predicted. Where
+two inputs interact (compute moves when a bucket is ready, and so how much of its all-reduce
+hides), the shared part falls to the later term: another order would split it a little
+differently.
 
 A second rank's cost to the model's compute, its loading and its synchronisation each vary
 from one launch to the next on a shared host; this tells one launch's miss from another's

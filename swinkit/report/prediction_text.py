@@ -106,9 +106,12 @@ def miss_lines(launches: list[dict]) -> list[str]:
     """Per scored launch and size, where the miss lay, input by input
     (:mod:`swinkit.attribution.miss_split`), and each term's mean over the launches."""
     rows = [(row["launch"], ws, p["miss_split"]) for row in launches
-            for ws, p in row["targets"].items() if "terms_s" in p.get("miss_split", {})]
+            for ws, p in row["targets"].items() if "miss_split" in p]
+    failed = [f"  launch {launch}, N={ws}: not split ({split['error']})"
+              for launch, ws, split in rows if "error" in split]
+    rows = [r for r in rows if "terms_s" in r[2]]
     if not rows:
-        return []
+        return failed
 
     def terms(t: dict) -> str:
         return ", ".join(f"{name.replace('_', ' ')} {t[name] * 1e3:+.1f}" for name in TERMS)
@@ -122,7 +125,7 @@ def miss_lines(launches: list[dict]) -> list[str]:
         mine = [split for _, w, split in rows if w == ws]
         if len(mine) > 1:
             out.append(f"  mean over {len(mine)} launches, N={ws}: {terms(mean_terms(mine))}")
-    return out
+    return out + failed
 
 
 def repeatability_lines(repeat: dict) -> list[str]:
