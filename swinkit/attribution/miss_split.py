@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import statistics
 
 from swinkit.attribution.extrapolate import Host, Target, median_profile, predict_at
 from swinkit.attribution.oracle import simulate
@@ -40,20 +41,21 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
         raise ValueError("split_miss: the run at N' and the basis accumulate differently "
                          f"({paired['grad_accum']} against {basis['grad_accum']} micro-batches)")
 
-    slow = predict_at(basis, target, host)["compute_slowdown"]
+    first = predict_at(basis, target, host)
+    slow = first["compute_slowdown"]
 
     def predicted(costs: dict, tgt: Target) -> float:
         # the slowdown held: from the overcommit it moves with the compute it is the share of
         return predict_at(costs, tgt, host, slowdown=slow)["predicted_iter_s"]
 
-    steps = [predicted(basis, target)]
+    steps = [first["predicted_iter_s"]]
     seen = median_profile(paired)
     # compute: the run's median rank's phases and ready times, put in before the prediction
     # scales them by the host's sharing (so that they come out as the run showed them)
     basis = _with_profile(basis, seen, slow)
     steps.append(predicted(basis, target))
-    target = dataclasses.replace(target, data_wait_s=_mean(p["phases_s"]["data_wait"]
-                                                           for p in seen))
+    target = dataclasses.replace(target, data_wait_s=statistics.fmean(
+        p["phases_s"]["data_wait"] for p in seen))
     steps.append(predicted(basis, target))
     target = dataclasses.replace(target, bucket_comm_s=list(paired["bucket_comm_s"]),
                                  broadcast_s=paired["broadcast_s"])
@@ -83,12 +85,8 @@ def _with_profile(basis: dict, seen: list[dict], slow: float) -> dict:
     return out
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
-
-
 def mean_terms(splits: list[dict]) -> dict:
     """Each term's mean over launches (seconds): a term whose mean stands clear of its
     spread is a bias of the model, not one launch's noise."""
-    return {name: _mean(s["terms_s"][name] for s in splits) for name in TERMS} if splits else {}
+    return ({name: statistics.fmean(s["terms_s"][name] for s in splits) for name in TERMS}
+            if splits else {})
