@@ -494,15 +494,27 @@ def test_environment_records_cpu_affinity(monkeypatch):
 
 def stall_collective(rank, seconds: float) -> dict:
     """Entry point (imported by the ranks): an all-reduce queued behind a ``seconds``-long GPU
-    spin, so it outlives a shorter process-group timeout."""
+    spin, so it outlives a shorter process-group timeout. A first all-reduce makes the NCCL
+    communicator: torch creates it at the first collective, and creating it waits for the
+    device's queued work (on an H100 with torch 2.11 and NCCL 2.28 an all-reduce behind a 60 s
+    spin returned to the host after 61.7 s, so it could never time out)."""
     import torch
     import torch.distributed as dist
     rank.heartbeat(0)
-    torch.cuda._sleep(int(seconds * 2e9))  # clock64() cycles: >= seconds at clocks <= 2 GHz
     t = torch.ones(1, device="cuda")
+    dist.all_reduce(t)
+    t.item()
+    torch.cuda._sleep(int(seconds * 2e9))  # clock64() cycles: >= seconds at clocks <= 2 GHz
     dist.all_reduce(t)
     t.item()  # the host waits here; the NCCL watchdog ends the process first
     return {}
+
+
+# NCCL's watchdog sees the timeout at once but takes the process down only after waiting for
+# its debug dump: on an H100 (torch 2.11, NCCL 2.28) SIGABRT came 64 s after a 5 s timeout
+# caught the collective, with or without TORCH_NCCL_DUMP_ON_TIMEOUT=0. The spin outlasts that
+# and the wall-clock limit outlasts the spin, so only the watchdog can end the rank.
+STALL_S = 120.0
 
 
 @pytest.mark.gpu
@@ -510,7 +522,7 @@ def stall_collective(rank, seconds: float) -> dict:
 def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphans):
     """What the diagnosis assumes of NCCL: a rank whose collective times out is aborted
     (SIGABRT) and leaves no error record. One rank suffices (no second GPU needed): it is
-    then the rank that made the least progress, named hung, not killed."""
+    then the rank that made the least progress, named hung, not killed. About 75 s."""
     import os
     import pathlib
 
@@ -519,10 +531,11 @@ def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphan
         pytest.skip("needs a GPU (NCCL)")
     path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, path))}
-    cfg = LaunchConfig(world_size=1, backend="nccl", **FAST)
+    cfg = LaunchConfig(world_size=1, backend="nccl", pg_timeout_s=5.0, join_timeout_s=5.0,
+                       wall_timeout_s=STALL_S + 60)
     with pytest.raises(LaunchError) as info:
-        launch("test_launch:stall_collective", {"seconds": 20.0}, cfg, run_dir=tmp_path / "run",
-               env=env, quiet=True)
+        launch("test_launch:stall_collective", {"seconds": STALL_S}, cfg,
+               run_dir=tmp_path / "run", env=env, quiet=True)
     d = info.value.diagnosis
     assert d.records["failures"][0]["signal"] == "SIGABRT", d.records
     assert not d.records["errors"], d.records["errors"]
