@@ -92,6 +92,26 @@ def test_loader_supply_at_target_stalls_only_its_excess_over_compute():
     assert pred["predicted_iter_s"] == pytest.approx(2.0)
 
 
+def test_a_rank_loading_itself_keeps_its_own_wait_scaled_by_the_loaders_slowdown():
+    """No workers, predicted from world size 1: the run's own data wait (0.2 s) times how much
+    slower one loader ran with 2 at once (2.5 images/s) than alone (2.0 -> x1.25): 0.25 s, so
+    the iteration 1.2 -> 1.25 s. The supply alone would say 2 images / 2.0 = 1.0 s (x5 the
+    run's own wait: a loader timed alone is no stand-in for the loop's); without the alone
+    timing (or with workers, or from world size 2) the supply stands, as before."""
+    costs = one_rank_costs()
+    costs["ranks"][0]["positions"][0]["phases_s"]["data_wait"] = 0.2
+    host = Host(cores=64, images_per_rank=2)
+    both = Target(2, [0.0, 0.0], supply_images_per_s=2.0, alone_images_per_s=2.5)
+    pred = predict_at(costs, both, host)
+    assert pred["components_s"]["data_wait"] == pytest.approx(0.25)
+    assert pred["predicted_iter_s"] == pytest.approx(1.25)
+    assert any("x1.250" in a for a in pred["assumptions"])
+    supply_only = Target(2, [0.0, 0.0], supply_images_per_s=2.0)
+    assert predict_at(costs, supply_only, host)["components_s"]["data_wait"] == pytest.approx(1.0)
+    workers = Host(cores=64, loader_workers=1, images_per_rank=2)  # the excess over compute
+    assert predict_at(costs, both, workers)["components_s"]["data_wait"] == pytest.approx(0.2)
+
+
 def test_ring_model_by_hand():
     # 1 GB over 4 ranks at 10 GB/s, 10 us: 2 x 3/4 x 0.1 s + 6 x 10 us
     assert ring_allreduce_s(1e9, 4, Link(10, 1e-5)) == pytest.approx(0.15006)

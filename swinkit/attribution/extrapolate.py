@@ -59,6 +59,7 @@ class Target:
     bucket_comm_s: list[float]
     broadcast_s: float = 0.0
     supply_images_per_s: float | None = None  # per rank, N' loaders at once
+    alone_images_per_s: float | None = None  # one loader while the others idle, timed at N'
     data_wait_s: float | None = None  # stated: each iteration's data wait at N' (not the supply's)
     source: str = "timed at N'"
     notes: list[str] = field(default_factory=list)
@@ -89,6 +90,23 @@ def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> floa
     def over(k):
         return max(1.0, k * per_rank / host.cores)
     return over(n) / over(n0)
+
+
+def loading_ratio(costs: dict, target: Target, host: Host) -> float | None:
+    """How much slower one rank loads with N' loaders at once than alone, both timed at N',
+    where a rank that loads itself (no workers) is predicted from a run at world size 1: its
+    data wait there, scaled by this. The supply timed alone runs faster than loading in the
+    model's loop (caches the model's compute evicted), so the run's own wait at 1 is the base,
+    not the supply; None where the model takes the supply itself.
+
+    >>> loading_ratio({"world_size": 1}, Target(2, [], supply_images_per_s=80.0,
+    ...               alone_images_per_s=100.0), Host(cores=2))
+    1.25
+    """
+    if (costs["world_size"] != 1 or host.loader_workers or not target.alone_images_per_s
+            or not target.supply_images_per_s):
+        return None
+    return target.alone_images_per_s / target.supply_images_per_s
 
 
 def median_profile(costs: dict) -> list[dict]:
@@ -178,6 +196,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
                 ph[k] *= slow
         if target.data_wait_s is not None:
             ph["data_wait"] = target.data_wait_s
+        elif loading_ratio(costs, target, host) is not None:
+            ph["data_wait"] *= loading_ratio(costs, target, host)
         elif load_s is not None:
             # no workers: the rank loads itself; with workers only the excess over compute
             stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
@@ -257,6 +277,10 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
     ]
     if target.supply_images_per_s is None:
         out.append("loading: the measured data wait at the largest measured size, unchanged")
+    elif loading_ratio(costs, target, host) is not None:
+        out.append("loading: the run's own data wait at world size 1, times how much slower "
+                   f"one loader ran with N' at once than alone, both timed at N' "
+                   f"(x{loading_ratio(costs, target, host):.3f})")
     else:
         out.append("loading: the supply with N' loaders at once, measured at N'")
     return out

@@ -60,6 +60,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
                      f"bucket's all-reduce timed with {comm_scale:g} times its elements")
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
+                  alone_images_per_s=ranks[0].get("alone_images_per_s"),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   iteration_wait_s=ranks[0].get("iteration_wait_s"),
                   contention=_median_rates(ranks),

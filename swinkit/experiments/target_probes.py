@@ -40,6 +40,11 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     # the stand-in's reading moves by several per cent from one moment to the next (the host's
     # other tenants), now and then by 10 %: four readings spread over the launch, their median
     slowdowns = [stand_in_slowdown(rank.rank, rank.world_size, device)]
+    # rank 0's loader alone (the others wait at the barrier), then every rank's at once: how
+    # much loading slows with N' loaders, read at one moment of the host
+    one_loader = (loader_rank(rank, preset=preset, data_root=None, workers=workers,
+                              batches=batches) if rank.rank == 0 else {})
+    dist.barrier()
     supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
     dist.barrier()  # the loaders' workers are gone before anything else is timed
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
@@ -60,7 +65,8 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     sync_wait = lockstep_wait(rank.world_size, device)
     rhythm = rhythm_wait(rank.world_size, device, segments_s) if segments_s else None
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
-    return {"rank": rank.rank, "images_per_s": supply["images_per_s"], "bucket_comm_s": comm,
+    return {"rank": rank.rank, "images_per_s": supply["images_per_s"],
+            "alone_images_per_s": one_loader.get("images_per_s"), "bucket_comm_s": comm,
             "broadcast_s": broadcast, "sync_wait_s": sync_wait, "iteration_wait_s": rhythm,
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
