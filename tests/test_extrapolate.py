@@ -94,8 +94,8 @@ def test_loader_supply_at_target_stalls_only_its_excess_over_compute():
 
 def test_a_rank_loading_itself_keeps_its_own_wait_scaled_by_the_loaders_slowdown():
     """No workers, predicted from world size 1: the run's own data wait (0.2 s) times how much
-    slower one loader ran with 2 at once (2.5 images/s) than alone (2.0 -> x1.25): 0.25 s, so
-    the iteration 1.2 -> 1.25 s. The supply alone would say 2 images / 2.0 = 1.0 s (x5 the
+    slower one loader ran with 2 at once than alone (2.5 images/s alone, 2.0 at once: x1.25):
+    0.25 s, so the iteration 1.2 -> 1.25 s. The supply alone would say 2 images / 2.0 = 1.0 s (x5 the
     run's own wait: a loader timed alone is no stand-in for the loop's); without the alone
     timing (or with workers, or from world size 2) the supply stands, as before."""
     costs = one_rank_costs()

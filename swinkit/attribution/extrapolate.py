@@ -95,9 +95,10 @@ def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> floa
 def loading_ratio(costs: dict, target: Target, host: Host) -> float | None:
     """How much slower one rank loads with N' loaders at once than alone, both timed at N',
     where a rank that loads itself (no workers) is predicted from a run at world size 1: its
-    data wait there, scaled by this. The supply timed alone runs faster than loading in the
-    model's loop (caches the model's compute evicted), so the run's own wait at 1 is the base,
-    not the supply; None where the model takes the supply itself.
+    data wait there, scaled by this. A loader timed alone supplies faster than the model's
+    loop loads (on `test` its wait at 1 exceeded the supply's by 0.5 ms a step over 12
+    launches), so the run's own wait is the base, not the supply; None where the model takes
+    the supply itself.
 
     >>> loading_ratio({"world_size": 1}, Target(2, [], supply_images_per_s=80.0,
     ...               alone_images_per_s=100.0), Host(cores=2))

@@ -14,8 +14,9 @@ trust:
 The backend changes what a survivor leaves. On gloo it raises a communication error. On NCCL
 it does not raise: its host runs ahead of the stuck collective until the NCCL watchdog aborts
 the whole process ("Watchdog caught collective operation timeout", SIGABRT, exit code -6), with
-no error record (about a minute after the timeout: it waits for its debug dump first). So on NCCL such an abort is a communication symptom, like a gloo survivor's
-error record, and rule 4 names the rank that made the least progress.
+no error record, about a minute after the timeout (it waits for its debug dump first). So on
+NCCL such an abort is a communication symptom, like a gloo survivor's error record, and rule 4
+names the rank that made the least progress.
 """
 from __future__ import annotations
 
