@@ -94,14 +94,14 @@ def test_loader_supply_at_target_stalls_only_its_excess_over_compute():
 
 def test_a_rank_loading_itself_keeps_its_own_wait_scaled_by_the_loaders_slowdown():
     """No workers, predicted from world size 1: the run's own data wait (0.2 s) times how much
-    slower one loader ran with 2 at once than alone (2.5 images/s alone, 2.0 at once: x1.25):
-    0.25 s, so the iteration 1.2 -> 1.25 s. The supply alone would say 2 images / 2.0 = 1.0 s (x5 the
-    run's own wait: a loader timed alone is no stand-in for the loop's); without the alone
-    timing (or with workers, or from world size 2) the supply stands, as before."""
+    slower one loader ran with 2 at once than alone (x1.25): 0.25 s, so the iteration 1.2 ->
+    1.25 s. The supply would say 2 images / 2.0 images/s = 1.0 s (x5 the run's own wait);
+    without the loader's slowdown timed, with workers, or from world size 2, the supply stands
+    as before; a slowdown read under 1 (noise) leaves the run's wait as it was."""
     costs = one_rank_costs()
     costs["ranks"][0]["positions"][0]["phases_s"]["data_wait"] = 0.2
     host = Host(cores=64, images_per_rank=2)
-    both = Target(2, [0.0, 0.0], supply_images_per_s=2.0, alone_images_per_s=2.5)
+    both = Target(2, [0.0, 0.0], supply_images_per_s=2.0, loader_slowdown=1.25)
     pred = predict_at(costs, both, host)
     assert pred["components_s"]["data_wait"] == pytest.approx(0.25)
     assert pred["predicted_iter_s"] == pytest.approx(1.25)
@@ -110,6 +110,10 @@ def test_a_rank_loading_itself_keeps_its_own_wait_scaled_by_the_loaders_slowdown
     assert predict_at(costs, supply_only, host)["components_s"]["data_wait"] == pytest.approx(1.0)
     workers = Host(cores=64, loader_workers=1, images_per_rank=2)  # the excess over compute
     assert predict_at(costs, both, workers)["components_s"]["data_wait"] == pytest.approx(0.2)
+    from_two = {**costs, "world_size": 2}
+    assert predict_at(from_two, both, host)["components_s"]["data_wait"] == pytest.approx(1.0)
+    faster = Target(2, [0.0, 0.0], supply_images_per_s=2.0, loader_slowdown=0.9)
+    assert predict_at(costs, faster, host)["components_s"]["data_wait"] == pytest.approx(0.2)
 
 
 def test_ring_model_by_hand():
@@ -582,13 +586,14 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     """Three launches' timings at 2: stand-in x1.01, x1.01, x1.13 (the third over-read, as one
     did on this host) average to x1.05; lockstep waits 1, 2 and 6 ms to 3 ms, one launch not
     timing it is left out (2 and 4 ms: 3 ms); the buckets' all-reduces are the latest's."""
-    from swinkit.experiments.predict_run import pooled
+    from swinkit.attribution.pooled_targets import pooled
 
-    history = [Target(2, [0.010], compute_slowdown=1.01, sync_wait_s=0.001),
+    history = [Target(2, [0.010], compute_slowdown=1.01, sync_wait_s=0.001, loader_slowdown=1.0),
                Target(2, [0.020], compute_slowdown=1.01, sync_wait_s=0.002),
-               Target(2, [0.030], compute_slowdown=1.13, sync_wait_s=0.006)]
+               Target(2, [0.030], compute_slowdown=1.13, sync_wait_s=0.006, loader_slowdown=1.2)]
     got = pooled(history)
     assert got.compute_slowdown == pytest.approx(1.05)
+    assert got.loader_slowdown == pytest.approx(1.1)  # the launch without it left out
     assert got.sync_wait_s == pytest.approx(0.003)
     assert got.bucket_comm_s == [0.030]
     assert "x1.010, x1.010, x1.130" in got.notes[-1]

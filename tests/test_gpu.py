@@ -11,7 +11,7 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
   phases against one synchronised host clock read per iteration; SyncBN's collectives recorded
   where it synchronises and nowhere at one rank; the event-to-host mapping's error;
 * NCCL all-reduces of the model's gradient buckets with their correctness check;
-* each injection read on its own phase, at most at the amount measured on the device;
+* each injection read on its own phase, within bounds of the amount measured on the device;
 * a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
 * ``--same-launch``'s solo steps: rank 0 alone on its GPU, the others idle at the barrier;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
@@ -145,7 +145,8 @@ def test_injection_is_recovered_on_the_injected_phase(data_root, inject, key):
     step +32.5); hidden in later phases, the phase grows by the sleep and the step by less (a
     40 ms all-reduce delay: exposed comm +37.8 ms, step +24.4, the optimizer's host-bound
     launches run behind it). So the injected phase's growth lies between 80 % of the step's
-    growth and 110 % of the amount injected, and the step grows by 50-110 % of it."""
+    growth and 110 % of the amount injected, and the step grows by 50-110 % of it (120 % for
+    data_ms: a host sleep in the loader, which overshoots what was asked and is not measured)."""
     from swinkit.measure.phases import BLAME_KEYS
     from swinkit.injection import parse_injection
     r = _ddp(data_root, 1, iters=12, warmup=4, injection=parse_injection(inject))
@@ -156,11 +157,13 @@ def test_injection_is_recovered_on_the_injected_phase(data_root, inject, key):
     measured = (2 * 0.020 if kind == "data" else r["injected_measured_s"][kind])
     added, growth = paired["added_iter_s"], paired["growth_s"][key]
     elsewhere = max(paired["growth_s"][k] for k in BLAME_KEYS if k != key)
-    ok = (0.8 * added <= growth <= 1.1 * measured and 0.5 * measured <= added <= 1.1 * measured
+    ceiling = (1.2 if kind == "data" else 1.1) * measured
+    ok = (0.8 * added <= growth <= ceiling and 0.5 * measured <= added <= ceiling
           and elsewhere <= 0.2 * measured)
     assert row(f"injection {inject}", f"{key} +{growth * 1e3:.1f} ms, step +{added * 1e3:.1f}, "
                f"other phases at most +{elsewhere * 1e3:.1f}; {measured * 1e3:.1f} ms injected",
-               "phase 80 % of step .. 110 % of injected; step 50-110 %; others <= 20 %", ok)
+               f"phase 80 % of step .. {ceiling / measured:.0%} of injected; step 50 % .. "
+               f"{ceiling / measured:.0%}; others <= 20 %", ok)
 
 
 @requires_gpu(1)

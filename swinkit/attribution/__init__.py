@@ -16,6 +16,7 @@
     order_statistics.py the slowest of n draws from measured samples (median, mean)
     held_out_scores.py  a held-out prediction scored: accuracy, worst launch, repeatability
     miss_split.py   where a held-out prediction missed, input by input
+    pooled_targets.py   the timings at N' of several launches pooled for the next prediction
     links.py        the ring all-reduce from link figures, multi-node, the thesis projection
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run

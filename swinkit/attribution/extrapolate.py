@@ -11,8 +11,10 @@ on N', and what does is either measured cheaply at N' without the model or model
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
   host has, every compute phase slows by the overcommit (a fluid share of the cores), relative
   to the overcommit at N0 (:func:`core_slowdown`);
-* **loading**: the supply with N' loaders at once, measured at N' (only the excess of a
-  batch's loading over compute stalls when loader workers prefetch);
+* **loading**: where a rank loads itself (no workers) and N0 = 1, the run's own data wait
+  times how much N' loaders at once slow one (:func:`loading_ratio`); otherwise the supply
+  with N' loaders at once, measured at N' (only the excess of a batch's loading over compute
+  stalls when loader workers prefetch);
 * **communication**: the model's bucket all-reduces and its buffer broadcast timed at N' (or,
   where nothing can be timed, the ring model of :mod:`swinkit.attribution.links`); the replay
   overlaps them with backward as DDP does, with the contention rates of the largest measured
@@ -59,7 +61,8 @@ class Target:
     bucket_comm_s: list[float]
     broadcast_s: float = 0.0
     supply_images_per_s: float | None = None  # per rank, N' loaders at once
-    alone_images_per_s: float | None = None  # one loader while the others idle, timed at N'
+    # rank 0's loader alone (the others idle) over its rate with N' at once, timed at N'
+    loader_slowdown: float | None = None
     data_wait_s: float | None = None  # stated: each iteration's data wait at N' (not the supply's)
     source: str = "timed at N'"
     notes: list[str] = field(default_factory=list)
@@ -93,21 +96,19 @@ def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> floa
 
 
 def loading_ratio(costs: dict, target: Target, host: Host) -> float | None:
-    """How much slower one rank loads with N' loaders at once than alone, both timed at N',
-    where a rank that loads itself (no workers) is predicted from a run at world size 1: its
-    data wait there, scaled by this. A loader timed alone supplies faster than the model's
-    loop loads (on `test` its wait at 1 exceeded the supply's by 0.5 ms a step over 12
-    launches), so the run's own wait is the base, not the supply; None where the model takes
-    the supply itself.
+    """How much slower one rank loads with N' loaders at once than alone (timed at N'; at
+    least 1, a reading under it is noise) where a rank that loads itself (no workers) is
+    predicted from world size 1: its data wait there is scaled by this. Loaders timed without
+    the model supply faster than the model's loop loads (on `test` its wait exceeded their
+    supply by 0.5 ms a step at 1, 0.9 at 2, over 12 launches), so the run's own wait is the
+    base; None where the model takes the supply itself.
 
-    >>> loading_ratio({"world_size": 1}, Target(2, [], supply_images_per_s=80.0,
-    ...               alone_images_per_s=100.0), Host(cores=2))
-    1.25
+    >>> loading_ratio({"world_size": 1}, Target(2, [], loader_slowdown=0.98), Host(cores=2))
+    1.0
     """
-    if (costs["world_size"] != 1 or host.loader_workers or not target.alone_images_per_s
-            or not target.supply_images_per_s):
+    if costs["world_size"] != 1 or host.loader_workers or not target.loader_slowdown:
         return None
-    return target.alone_images_per_s / target.supply_images_per_s
+    return max(target.loader_slowdown, 1.0)
 
 
 def median_profile(costs: dict) -> list[dict]:

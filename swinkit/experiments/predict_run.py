@@ -2,7 +2,8 @@
 prediction against the run when it is made afterwards (held out).
 
 Per launch: at each target size N', what is cheap to measure without the model, in one launch
-of N' ranks: the loader's supply with N' loaders at once, then the model's bucket all-reduces
+of N' ranks: the loader's supply with N' loaders at once (without loader workers, rank 0's
+loader alone first: how much N' loaders slow one), then the model's bucket all-reduces
 (the payloads of the model's own buckets) and its buffer broadcast timed as the component run
 times them (cold, the slowest rank's); then the "from" world sizes run as ``--run`` runs them
 (paired DDP launches, the components measured beside the DDP steps), the last of them just
@@ -20,6 +21,7 @@ import statistics
 from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
 from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
 from swinkit.attribution.miss_split import split_miss
+from swinkit.attribution.pooled_targets import pooled
 from swinkit.data.loader import ensure_data
 from swinkit.experiments.injected_costs import (check_held_out, injected_costs,
                                                 without_injection, without_link)
@@ -60,39 +62,17 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
                      f"bucket's all-reduce timed with {comm_scale:g} times its elements")
     return Target(world_size, ranks[0]["bucket_comm_s"], ranks[0]["broadcast_s"],
                   statistics.median(r["images_per_s"] for r in ranks),
-                  alone_images_per_s=ranks[0].get("alone_images_per_s"),
+                  loader_slowdown=_loader_slowdown(ranks[0]),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   iteration_wait_s=ranks[0].get("iteration_wait_s"),
                   contention=_median_rates(ranks),
                   compute_slowdown=ranks[0].get("compute_slowdown"), notes=notes)
 
 
-def pooled(history: list[Target]) -> Target:
-    """The latest timings at N' with the readings of the host's sharing (the stand-in's
-    compute slowdown and the lockstep wait) averaged over every launch's so far. Each reading
-    scatters from one moment to the next by as much as the effect it reads (the stand-in by
-    a few per cent around x1.03 on a 2-core host), and the run it predicts comes at yet
-    another moment: the mean of several moments guesses it better than the latest alone.
-    The network timings stay the latest's."""
-    latest = history[-1]
-    if len(history) == 1:
-        return latest
-
-    def timed(name):
-        return [getattr(t, name) for t in history if getattr(t, name) is not None]
-
-    def mean(name):
-        return statistics.fmean(timed(name)) if timed(name) else None
-
-    slowdowns = ", ".join(f"x{x:.3f}" for x in timed("compute_slowdown"))
-    note = (f"the host's sharing at N', averaged over the launches so far: the stand-in's "
-            f"slowdown over {len(timed('compute_slowdown'))} ({slowdowns or 'none timed'}), "
-            f"the lockstep wait over {len(timed('sync_wait_s'))}, the wait in the model's "
-            f"rhythm over {len(timed('iteration_wait_s'))}")
-    return dataclasses.replace(latest, compute_slowdown=mean("compute_slowdown"),
-                               sync_wait_s=mean("sync_wait_s"),
-                               iteration_wait_s=mean("iteration_wait_s"),
-                               notes=latest.notes + [note])
+def _loader_slowdown(rank0: dict) -> float | None:
+    """Rank 0's loader alone over its own rate with every loader at once (one rank's data)."""
+    alone = rank0.get("alone_images_per_s")
+    return alone / rank0["images_per_s"] if alone and rank0.get("images_per_s") else None
 
 
 def _median_rates(ranks: list[dict]) -> dict:

@@ -1,6 +1,6 @@
 """What a prediction times at the target size N' without the model, in one launch of N' ranks
 (:func:`swinkit.experiments.predict_run.measure_target` starts it): the loader's supply with N'
-loaders at once, the model's bucket all-reduces and buffer broadcast, and stand-ins for what the
+loaders at once (and, where ranks load themselves, rank 0's loader alone first), the model's bucket all-reduces and buffer broadcast, and stand-ins for what the
 host's sharing does to the model's work (contention of backward with the all-reduces, waiting
 at a sync point, compute slowed by shared caches and memory bandwidth).
 """
@@ -24,7 +24,8 @@ def _rank_mean(value: float, device) -> float:
 
 def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtype: str,
                 buffer_shapes: list, batches: int = 10, segments_s: list | None = None) -> dict:
-    """Rank entry: the loader's supply with every rank's loader at once, the buckets'
+    """Rank entry: the loader's supply with every rank's loader at once (without loader
+    workers rank 0's loader alone first, the others idle at a barrier), the buckets'
     all-reduces and the buffer broadcast over these ranks, the lockstep wait and the
     contention rates, with the stand-in's compute slowdown read four times in between (no
     model is built); with ``segments_s`` (:func:`meeting_segments`) the wait in the model's
@@ -40,10 +41,11 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     # the stand-in's reading moves by several per cent from one moment to the next (the host's
     # other tenants), now and then by 10 %: four readings spread over the launch, their median
     slowdowns = [stand_in_slowdown(rank.rank, rank.world_size, device)]
-    # rank 0's loader alone (the others wait at the barrier), then every rank's at once: how
-    # much loading slows with N' loaders, read at one moment of the host
+    # without workers, rank 0's loader alone (the others wait at the barrier), then every
+    # rank's at once: how much loading slows with N' loaders, read at one moment of the host
+    # (with workers the prediction takes the supply, not this)
     one_loader = (loader_rank(rank, preset=preset, data_root=None, workers=workers,
-                              batches=batches) if rank.rank == 0 else {})
+                              batches=batches) if rank.rank == 0 and workers == 0 else {})
     dist.barrier()
     supply = loader_rank(rank, preset=preset, data_root=None, workers=workers, batches=batches)
     dist.barrier()  # the loaders' workers are gone before anything else is timed
