@@ -189,6 +189,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # would count an overcommit twice); relative to one rank, so only from a basis at 1
     timed = target.compute_slowdown if (target.compute_slowdown and n0 == 1) else 1.0
     slow = slowdown if slowdown is not None else max(over, timed)
+    ratio = loading_ratio(costs, target, host)
     positions = []
     for p in profile:
         ph = dict(p["phases_s"])
@@ -198,8 +199,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
                 ph[k] *= slow
         if target.data_wait_s is not None:
             ph["data_wait"] = target.data_wait_s
-        elif loading_ratio(costs, target, host) is not None:
-            ph["data_wait"] *= loading_ratio(costs, target, host)
+        elif ratio is not None:
+            ph["data_wait"] *= ratio
         elif load_s is not None:
             # no workers: the rank loads itself; with workers only the excess over compute
             stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
@@ -277,12 +278,12 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
                  "no rate was timed at N')"),
         "SyncBN collectives: none (CPU presets; GPU presets at N > 1 need them timed at N')",
     ]
+    ratio = loading_ratio(costs, target, host)
     if target.supply_images_per_s is None:
         out.append("loading: the measured data wait at the largest measured size, unchanged")
-    elif loading_ratio(costs, target, host) is not None:
+    elif ratio is not None:
         out.append("loading: the run's own data wait at world size 1, times how much slower "
-                   f"one loader ran with N' at once than alone, both timed at N' "
-                   f"(x{loading_ratio(costs, target, host):.3f})")
+                   f"one loader ran with N' at once than alone, both timed at N' (x{ratio:.3f})")
     else:
         out.append("loading: the supply with N' loaders at once, measured at N'")
     return out
