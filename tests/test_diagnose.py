@@ -55,6 +55,19 @@ def test_watchdog_reports_last_progress(tmp_path):
     assert d.cause == "watchdog" and "30 s" in d.summary and "rank 1: step 2" in d.summary
 
 
+def test_a_wall_limit_before_nccls_own_abort_says_which_timeout_to_raise(tmp_path):
+    """On NCCL the ranks waiting on a hung one are aborted about 70 s after the process-group
+    timeout: a wall limit of 100 s with a timeout of 60 s fires first, and the diagnosis says
+    to raise it above 130 s; at 200 s, or on gloo (whose waiting ranks raise at the timeout),
+    nothing is added."""
+    _beat(tmp_path, 0, 2), _beat(tmp_path, 1, 2)
+    d = diagnose(tmp_path, range(2), -15, watchdog_s=100, join_timeout_s=60, backend="nccl")
+    assert d.cause == "watchdog" and "--timeout above 130 s" in d.summary
+    for wall, backend in ((200, "nccl"), (100, "gloo")):
+        d = diagnose(tmp_path, range(2), -15, watchdog_s=wall, join_timeout_s=60, backend=backend)
+        assert d.cause == "watchdog" and "NCCL" not in d.summary
+
+
 def test_unreadable_records_are_ignored_not_fatal(tmp_path):
     (tmp_path / "error-rank0.json").write_text("{trunc")
     _beat(tmp_path, 0, 1)

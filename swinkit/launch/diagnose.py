@@ -24,6 +24,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# how long after its process-group timeout NCCL's watchdog aborts a rank waiting on a hung
+# collective, with room to spare: 64 s measured (torch 2.11, NCCL 2.28.9; it writes its
+# debug dump first), 96 s with TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+NCCL_ABORT_LAG_S = 70.0
+
 
 @dataclass
 class Diagnosis:
@@ -143,7 +148,8 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
     if watchdog_s is not None:
         steps = ", ".join(f"rank {k}: step {v['step']}" for k, v in sorted(beats.items()))
         return make("watchdog", None, f"watchdog: the run exceeded its wall-clock limit of "
-                                      f"{watchdog_s:g} s and was stopped (last progress: {steps or 'none'})")
+                                      f"{watchdog_s:g} s and was stopped (last progress: {steps or 'none'})"
+                    + _before_nccl_could(watchdog_s, join_timeout_s, backend))
     if errors:
         e = min(errors.values(), key=lambda e: e["time"])
         return make("raised", e["rank"], f"rank {e['rank']} raised {e['type']}: {e['message']}",
@@ -152,3 +158,20 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
         return make("never_joined", missing[0], f"no rank joined (ranks {missing} have no heartbeat)")
     return make("agent", None, f"the launch agent exited with code {agent_exitcode} and no rank "
                                f"left an error record")
+
+
+def _before_nccl_could(watchdog_s: float, pg_timeout_s: float | None, backend: str) -> str:
+    """Where the wall-clock limit came before NCCL's watchdog could abort the ranks waiting on
+    a hung one (the abort that lets rule 4 name it), what to change; else nothing.
+
+    >>> "rerun with --timeout above 130 s" in _before_nccl_could(100, 60, "nccl")
+    True
+    >>> _before_nccl_could(200, 60, "nccl") + _before_nccl_could(100, 60, "gloo")
+    ''
+    """
+    if backend != "nccl" or not pg_timeout_s or watchdog_s >= pg_timeout_s + NCCL_ABORT_LAG_S:
+        return ""
+    return (f"; the limit came before NCCL could abort the ranks waiting on a hung one (about "
+            f"{NCCL_ABORT_LAG_S:g} s after the process-group timeout of {pg_timeout_s:g} s), "
+            f"so no rank can be named: rerun with --timeout above "
+            f"{pg_timeout_s + NCCL_ABORT_LAG_S:g} s (or a lower --pg-timeout)")
