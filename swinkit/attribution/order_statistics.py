@@ -2,28 +2,12 @@
 ranks takes when each rank's time is an independent draw from measured samples."""
 from __future__ import annotations
 
-
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` by linear interpolation between order statistics
-    (position q x (m - 1) in the sorted values; numpy's default).
-
-    >>> quantile([1.0, 2.0, 3.0], 0.75)
-    2.5
-    """
-    if not values:
-        raise ValueError("quantile of no values")
-    if not 0 <= q <= 1:
-        raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+from swinkit.measure.stats import quantile
 
 
 def median_max(values: list[float], n: int) -> float:
     """The median of the maximum of ``n`` independent draws from ``values``' empirical
-    distribution: its 0.5^(1/n) quantile (P(max <= x) = F(x)^n)."""
+    distribution: its 0.5^(1/n) quantile (P(max <= x) = F(x)^n; :func:`quantile`)."""
     return quantile(values, 0.5 ** (1 / n))
 
 

@@ -37,9 +37,18 @@ class Measurement:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by linear interpolation between order statistics
+    (position q x (m - 1) in the sorted values; numpy's default). Plain Python: the
+    torch-free layers (attribution's order statistics) take it from here.
+
+    >>> quantile([1.0, 2.0, 3.0], 0.75)
+    2.5
+    """
+    if not values:
+        raise ValueError("quantile of no values")
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
     s = sorted(values)
-    if not s:
-        return math.nan
     pos = (len(s) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
