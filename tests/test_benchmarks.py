@@ -1,6 +1,7 @@
 """The asv suite's shape: classes, params, skips, the all-reduce check, and a tiny asv run."""
 import importlib
 import inspect
+import json
 import math
 import os
 import subprocess
@@ -335,6 +336,12 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     # bench_predict's held-out report, kept beside the results: world size 4 predicted from it
     kept = list((asv_scratch.results.parent / "swinkit-held-out").glob("*/*.json"))
     assert [p.stem for p in kept] == [asv_scratch.commit[:8]]
+    # and where its prediction of 2 missed, split over the run at 2's own components
+    from swinkit.attribution.miss_split import TERMS
+    split = json.loads(kept[0].read_text())["launches"][0]["targets"]["2"]["miss_split"]
+    measured = split["measured_s"] - split["predicted_s"]
+    assert set(split["terms_s"]) == set(TERMS)
+    assert sum(split["terms_s"].values()) == pytest.approx(measured, abs=1e-6)
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "attribute.py"), "--results",
                           str(asv_scratch.results), "--predict", "4"], capture_output=True,
                          text=True, timeout=120)

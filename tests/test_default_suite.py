@@ -141,7 +141,8 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
     def held_out(sweep, preset, source, target):
         calls.append((preset, source, target, sorted(k for k in sweep.results if k != 1 and
                                                      not isinstance(k, tuple))))
-        return {"launches": [{"targets": {2: {"accuracy": {"model": {"accuracy_pct": 96.0}}}}}]}
+        return {"launches": [{"targets": {2: {"accuracy": {"model": {"accuracy_pct": 96.0}},
+                                              "miss_split": {"terms_s": {"compute": -0.02}}}}}]}
     monkeypatch.setattr(bench_ddp, "_held_out", held_out)
     monkeypatch.setattr(bench_ddp, "_exists", lambda function, keyword="preset": True)
     kept = []
@@ -162,6 +163,11 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
     assert bench_ddp.Scaling().track_efficiency(sweep, 2, "weak") == pytest.approx(1 / 1.1)
     from benchmarks import bench_predict
     assert bench_predict.HeldOut().track_accuracy(sweep, "model") == 96.0
+    # where the miss lay, one asv series per term of the split (the split's own names)
+    from swinkit.attribution.miss_split import TERMS
+    assert bench_predict.MISS_TERMS == list(TERMS)
+    assert bench_predict.HeldOutMiss().track_miss(sweep, "compute") == -0.02
+    assert math.isnan(bench_predict.HeldOutMiss().track_miss(sweep, "loading"))
     # bench_predict reads bench_ddp's cache: asv runs one setup_cache per key, for both files
     from asv_runner.benchmarks._base import get_setup_cache_key
     assert get_setup_cache_key(bench_predict.HeldOut.setup_cache) == get_setup_cache_key(

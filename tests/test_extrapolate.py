@@ -241,9 +241,11 @@ def test_fit_link_refuses_a_negative_latency():
 
 
 def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(monkeypatch):
-    """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 only scores. A basis of
+    """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 scores. A basis of
     one rank doing 1.0 s of local work, buckets timed at 2 as 0.02 + 0.03 s, both ready at the
-    end of backward: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1)."""
+    end of backward: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1).
+    Only then are the run at 2's own components read, to split the miss: their forward of
+    0.45 s (the prediction, had it read them, would be 1.1 s) is all of it, +0.05 s compute."""
     from swinkit.experiments import predict_run
     from swinkit.runs.sweep import Sweep
 
@@ -259,13 +261,22 @@ def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(mon
              "bucket_bytes": [1000, 9000], "probe": {}}
     monkeypatch.setattr(predict_run, "measure_target", lambda preset, ws, b, progress,
                         comm_scale=1.0: Target(ws, [0.02, 0.03], sync_wait_s=0.0))
-    # the run at 2: its iteration, and fields a prediction must not read (they would show)
+    # the run at 2: its iteration, and its components, which the prediction must not read
+    slower = dict(phases, forward=0.45)
+    at_2 = {"phases_s": slower, "bucket_ready_s": [0.5, 0.5],
+            "samples": [{"phases_s": slower, "bucket_ready_s": [0.5, 0.5]}] * 3}
+    own = {"world_size": 2, "grad_accum": 1, "contention": {}, "buffer_sync": False,
+           "ranks": [{"rank": r, "positions": [at_2]} for r in (0, 1)],
+           "bucket_comm_s": [0.02, 0.03], "broadcast_s": 0.0}
     sweep = Sweep(results={1: {"iter_s": 1.0, "basis": basis},
-                           2: {"iter_s": 1.1, "basis": {"costs": "not to be read"},
+                           2: {"iter_s": 1.1, "basis": {"costs": own},
                                "prediction": {"predicted_iter_s": 1.09, "components_s": {}}}})
     out = predict_run.held_out_from_sweep(sweep, "test", progress=lambda *a: None)
     pred = out["launches"][0]["targets"][2]
     assert pred["predicted_iter_s"] == pytest.approx(1.05)
+    terms = pred["miss_split"]["terms_s"]
+    assert terms.pop("compute") == pytest.approx(0.05)
+    assert terms == pytest.approx(dict.fromkeys(terms, 0.0), abs=1e-9)
     assert pred["accuracy"]["model"]["accuracy_pct"] == pytest.approx(100 * (1 - 0.05 / 1.1))
     assert pred["accuracy"]["perfect"]["accuracy_pct"] == pytest.approx(100 * (1 - 0.1 / 1.1))
     assert pred["paired_oracle_s"] == 1.09
@@ -470,6 +481,7 @@ def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
     monkeypatch.setattr(predict_run, "basis_of", lambda run: {})
     monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
     monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
+    monkeypatch.setattr(predict_run, "costs", lambda local_run: None)
     monkeypatch.setattr(predict_run, "_explain_miss", lambda *args: None)
 
 
@@ -537,8 +549,9 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     monkeypatch.setattr(predict_run, "score_against",
                         lambda pred, measured, paired: scored.append((measured, paired)))
     explained = []  # the miss split from the solo basis and the launch's own local steps
-    monkeypatch.setattr(predict_run, "_explain_miss", lambda pred, basis, target, run, *inj:
-                        explained.append((basis["part"], target.world_size, run["local_run"])))
+    monkeypatch.setattr(predict_run, "costs", lambda local_run: local_run)
+    monkeypatch.setattr(predict_run, "_explain_miss", lambda pred, basis, target, paired, s, *inj:
+                        explained.append((basis["part"], target.world_size, paired)))
     out = predict_run.held_out("test", [1, 2], [1], repeats=2, same_launch=True,
                                progress=lambda *a: None)
     assert explained == [("solo_run", 2, "the local steps")] * 2

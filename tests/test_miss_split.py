@@ -114,28 +114,26 @@ def test_mean_terms_tell_a_bias_from_one_launchs_noise():
     assert mean_terms([]) == {}
 
 
-def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not(monkeypatch):
+def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not():
     """``_explain_miss`` splits a clean launch's miss from the run's own components (here the
     paired costs above standing for that run's local steps) and leaves a launch with an
     injection at N' alone: a straggler known there is no input of the run's own to swap."""
     from swinkit.experiments import predict_run
     from swinkit.injection import Injection
 
-    local_runs = {"the local steps": _paired(), "accumulating": {**_paired(), "grad_accum": 2}}
-    monkeypatch.setattr(predict_run, "costs", lambda local_run: local_runs[local_run])
     basis = {"costs": _basis(), "host": vars(BIG_HOST)}
-    run = {"iter_s": 1.7, "local_run": "the local steps"}
     pred = {}
-    predict_run._explain_miss(pred, basis, Target(2, [0.2, 0.1]), run, None, Injection())
+    predict_run._explain_miss(pred, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
+                              Injection())
     assert pred["miss_split"]["terms_s"]["communication"] == pytest.approx(0.2)
     injected = {}
-    predict_run._explain_miss(injected, basis, Target(2, [0.2, 0.1]), run, None,
+    predict_run._explain_miss(injected, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
                               Injection(compute_ms=40, ranks=(1,)))
     assert injected == {}
     # a split that cannot be made is noted, not raised: the launches scored are kept
     odd = {}
-    predict_run._explain_miss(odd, basis, Target(2, [0.2, 0.1]),
-                              {**run, "local_run": "accumulating"}, None, Injection())
+    predict_run._explain_miss(odd, basis, Target(2, [0.2, 0.1]), {**_paired(), "grad_accum": 2},
+                              1.7, None, Injection())
     assert "accumulate differently" in odd["miss_split"]["error"]
 
 

@@ -168,7 +168,7 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                 progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
                 run = run_ddp(specs[ws], progress=progress)
                 score_against(pred, run["iter_s"], predict_from(run["local_run"], specs[ws]))
-                _explain_miss(pred, basis, averaged[ws], run,
+                _explain_miss(pred, basis, averaged[ws], costs(run["local_run"]), run["iter_s"],
                               specs[sources[-1]].injection, specs[ws].injection)
             row["targets"][ws] = pred
         launches.append(row)
@@ -224,7 +224,8 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
         pred = predict_one(basis, t1, target, injection.for_world_size(ws))
         score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
-        _explain_miss(pred, basis, target, run, None, spec.injection)
+        _explain_miss(pred, basis, target, costs(run["local_run"]), run["iter_s"], None,
+                      spec.injection)
         row["targets"][ws] = pred
         # the row's T(1) and basis: the first target's launch (each prediction has its own)
         row["measured_from"].setdefault(1, t1)
@@ -233,16 +234,18 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     return row
 
 
-def _explain_miss(pred: dict, basis: dict, target: Target, run: dict, *injections) -> None:
+def _explain_miss(pred: dict, basis: dict, target: Target, paired: dict, measured_s: float,
+                  *injections) -> None:
     """Add to a scored ``pred`` where it missed, input by input (:func:`split_miss`): the run
-    at N''s own components swapped in for the predicted ones. Not with an injection in either
-    run: one known at N' is no input of the run's own to swap. A split that cannot be made
-    is recorded as such: the launches already scored are not lost to it."""
+    at N''s own components (``paired``: its local steps' costs) swapped in for the predicted
+    ones, against its iteration ``measured_s``. Not with an injection in either run: one known
+    at N' is no input of the run's own to swap. A split that cannot be made is recorded as
+    such: the launches already scored are not lost to it."""
     if any(i is not None and i.active for i in injections):
         return
     try:
-        pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]),
-                                        costs(run["local_run"]), run["iter_s"])
+        pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]), paired,
+                                        measured_s)
     except (ValueError, KeyError) as exc:
         pred["miss_split"] = {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -252,7 +255,8 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     """World size ``target`` predicted from a weak, paired sweep's run at ``source`` (the
     basis its launch kept) and the timings at ``target`` made now without the model, then
     scored against the sweep's own run at ``target``. That run was made before, but nothing of
-    it reaches the prediction: only its median iteration is read, to score. The shape of
+    it reaches the prediction: its median iteration is read to score it, and after that its
+    components (the basis it kept) to split the miss (:func:`_explain_miss`). The shape of
     :func:`held_out`'s result, one launch (bench_ddp's cache, which bench_predict reads)."""
     if Injection(**dict(sweep.meta.get("injection") or {}, ranks=None)).active:
         raise ValueError("the sweep ran with an injection: a held-out prediction from it "
@@ -263,9 +267,12 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     if basis is None:
         raise ValueError(f"the run at world size {source} kept no basis for a prediction "
                          "(paired launches keep one)")
-    t1 = first["iter_s"]
-    pred = predict_one(basis, t1, measure_target(preset, target, basis, progress))
-    score_against(pred, sweep.get(target)["iter_s"], sweep.get(target).get("prediction"))
+    t1, scored = first["iter_s"], sweep.get(target)
+    timed = measure_target(preset, target, basis, progress)
+    pred = predict_one(basis, t1, timed)
+    score_against(pred, scored["iter_s"], scored.get("prediction"))
+    if scored.get("basis"):  # the run at N''s components, kept by the sweep
+        _explain_miss(pred, basis, timed, scored["basis"]["costs"], scored["iter_s"])
     row = {"launch": 1, "measured_from": {source: t1}, "t1_s": t1, "basis": basis,
            "targets": {target: pred}, "load_average": os.getloadavg()[0]}
     return {"preset": preset, "from": [source], "targets": [target], "launches": [row],
