@@ -22,7 +22,8 @@ def with_strong_scaling(weak, preset, world_sizes, **kwargs):
     """What setup_cache adds to the weak runs (here, not in it: asv versions a benchmark by
     its setup_cache's source): the strong-scaling runs where asked, and bench_predict's
     held-out prediction of world size 2 from this sweep's run at 1 (timings at 2 made without
-    the model; the run at 2 only scores it), kept whole beside asv's results for
+    the model; the run at 2 read only after it, to score it and split its miss), kept whole
+    beside asv's results for
     ``tools/attribute.py --predict N``."""
     if EVERYTHING:
         sweep = _strong_scaling(weak, preset, world_sizes, **kwargs)

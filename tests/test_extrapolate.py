@@ -240,7 +240,7 @@ def test_fit_link_refuses_a_negative_latency():
         fit_link([(1e6, 2, 0.003), (1.01e6, 2, 0.002)])
 
 
-def test_held_out_from_a_sweep_reads_only_the_iteration_of_the_run_it_scores(monkeypatch):
+def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypatch):
     """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 scores. A basis of
     one rank doing 1.0 s of local work, buckets timed at 2 as 0.02 + 0.03 s, both ready at the
     end of backward: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1).

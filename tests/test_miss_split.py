@@ -135,6 +135,10 @@ def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not():
     predict_run._explain_miss(odd, basis, Target(2, [0.2, 0.1]), {**_paired(), "grad_accum": 2},
                               1.7, None, Injection())
     assert "accumulate differently" in odd["miss_split"]["error"]
+    # whatever stops it: a run at N' that kept no components (the asv suite's sweep)
+    none = {}
+    predict_run._explain_miss(none, basis, Target(2, [0.2, 0.1]), None, 1.7)
+    assert none["miss_split"]["error"].startswith("TypeError")
 
 
 def test_the_report_prints_each_launchs_terms_and_their_mean():

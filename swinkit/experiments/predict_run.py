@@ -234,19 +234,20 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     return row
 
 
-def _explain_miss(pred: dict, basis: dict, target: Target, paired: dict, measured_s: float,
-                  *injections) -> None:
+def _explain_miss(pred: dict, basis: dict, target: Target, paired: dict | None,
+                  measured_s: float, *injections) -> None:
     """Add to a scored ``pred`` where it missed, input by input (:func:`split_miss`): the run
     at N''s own components (``paired``: its local steps' costs) swapped in for the predicted
-    ones, against its iteration ``measured_s``. Not with an injection in either run: one known
-    at N' is no input of the run's own to swap. A split that cannot be made is recorded as
-    such: the launches already scored are not lost to it."""
+    ones, against its iteration ``measured_s``. Not with an injection in either run: one
+    known at N' is no input of the run's own to swap. A split that cannot be made, for
+    whatever reason, is recorded as such: it is a side record, and the launches already
+    scored (or the asv suite's held-out result) are not lost to it."""
     if any(i is not None and i.active for i in injections):
         return
     try:
         pred["miss_split"] = split_miss(basis["costs"], target, Host(**basis["host"]), paired,
                                         measured_s)
-    except (ValueError, KeyError) as exc:
+    except Exception as exc:  # a side record: whatever stops it is noted, not raised
         pred["miss_split"] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -267,12 +268,13 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     if basis is None:
         raise ValueError(f"the run at world size {source} kept no basis for a prediction "
                          "(paired launches keep one)")
-    t1, scored = first["iter_s"], sweep.get(target)
+    t1 = first["iter_s"]
     timed = measure_target(preset, target, basis, progress)
     pred = predict_one(basis, t1, timed)
+    scored = sweep.get(target)  # read from here on only: the prediction is made
     score_against(pred, scored["iter_s"], scored.get("prediction"))
     if scored.get("basis"):  # the run at N''s components, kept by the sweep
-        _explain_miss(pred, basis, timed, scored["basis"]["costs"], scored["iter_s"])
+        _explain_miss(pred, basis, timed, scored["basis"].get("costs"), scored["iter_s"])
     row = {"launch": 1, "measured_from": {source: t1}, "t1_s": t1, "basis": basis,
            "targets": {target: pred}, "load_average": os.getloadavg()[0]}
     return {"preset": preset, "from": [source], "targets": [target], "launches": [row],

@@ -105,7 +105,8 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
 
     Args:
         expected: the global ranks that should have run here (None: those that left records).
-        join_timeout_s: how long the started ranks waited for a missing one (for the message).
+        join_timeout_s: the process-group timeout: how long the started ranks waited for a
+            missing one, and on NCCL what its watchdog's abort follows (for the messages).
         backend: the run's resolved backend: on "nccl" a SIGABRT is the watchdog's (see
             :func:`is_comm_abort`).
     """
@@ -148,7 +149,8 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
     if watchdog_s is not None:
         steps = ", ".join(f"rank {k}: step {v['step']}" for k, v in sorted(beats.items()))
         return make("watchdog", None, f"watchdog: the run exceeded its wall-clock limit of "
-                                      f"{watchdog_s:g} s and was stopped (last progress: {steps or 'none'})"
+                                      f"{watchdog_s:g} s and was stopped (last progress: "
+                                      f"{steps or 'none'})"
                     + _before_nccl_could(watchdog_s, join_timeout_s, backend))
     if errors:
         e = min(errors.values(), key=lambda e: e["time"])
@@ -171,7 +173,7 @@ def _before_nccl_could(watchdog_s: float, pg_timeout_s: float | None, backend: s
     """
     if backend != "nccl" or not pg_timeout_s or watchdog_s >= pg_timeout_s + NCCL_ABORT_LAG_S:
         return ""
-    return (f"; the limit came before NCCL could abort the ranks waiting on a hung one (about "
-            f"{NCCL_ABORT_LAG_S:g} s after the process-group timeout of {pg_timeout_s:g} s), "
-            f"so no rank can be named: rerun with --timeout above "
+    return (f"; if a rank hung, this limit came before NCCL could abort the ranks waiting on "
+            f"it (about {NCCL_ABORT_LAG_S:g} s after the process-group timeout of "
+            f"{pg_timeout_s:g} s), so no rank could be named: rerun with --timeout above "
             f"{pg_timeout_s + NCCL_ABORT_LAG_S:g} s (or a lower --pg-timeout)")
