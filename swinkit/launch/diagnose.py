@@ -105,10 +105,9 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
 
     Args:
         expected: the global ranks that should have run here (None: those that left records).
-        join_timeout_s: the process-group timeout: how long the started ranks waited for a
-            missing one, and on NCCL what its watchdog's abort follows (for the messages).
-        backend: the run's resolved backend: on "nccl" a SIGABRT is the watchdog's (see
-            :func:`is_comm_abort`).
+        join_timeout_s: the process-group timeout (how long started ranks waited for a missing
+            one; on NCCL, its watchdog's abort follows it), for the messages.
+        backend: the run's resolved backend: on "nccl" a SIGABRT is the watchdog's.
     """
     run_dir = Path(run_dir)
     ranks, errors, beats, failures = _collect(run_dir, expected)
@@ -149,8 +148,7 @@ def diagnose(run_dir: str | Path, expected, agent_exitcode: int | None,
     if watchdog_s is not None:
         steps = ", ".join(f"rank {k}: step {v['step']}" for k, v in sorted(beats.items()))
         return make("watchdog", None, f"watchdog: the run exceeded its wall-clock limit of "
-                                      f"{watchdog_s:g} s and was stopped (last progress: "
-                                      f"{steps or 'none'})"
+                    f"{watchdog_s:g} s and was stopped (last progress: {steps or 'none'})"
                     + _before_nccl_could(watchdog_s, join_timeout_s, backend))
     if errors:
         e = min(errors.values(), key=lambda e: e["time"])
