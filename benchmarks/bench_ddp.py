@@ -23,8 +23,7 @@ def with_strong_scaling(weak, preset, world_sizes, **kwargs):
     its setup_cache's source): the strong-scaling runs where asked, and bench_predict's
     held-out prediction of world size 2 from this sweep's run at 1 (timings at 2 made without
     the model; the run at 2 read only after it, to score it and split its miss), kept whole
-    beside asv's results for
-    ``tools/attribute.py --predict N``."""
+    beside asv's results for ``tools/attribute.py --predict N``."""
     if EVERYTHING:
         sweep = _strong_scaling(weak, preset, world_sizes, **kwargs)
     else:

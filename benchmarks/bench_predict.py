@@ -6,9 +6,8 @@ and the two naive ones beside it (perfect scaling, T(1) plus the all-reduce at 2
 The runs at 1 and 2 are bench_ddp's own (weak, paired): this class shares its setup_cache,
 which adds only the timings at 2 (one launch without the model). The run at 2 was made first,
 but the prediction reads nothing of it: its median iteration scores the prediction, and then
-its components split the miss (HeldOutMiss). Where
-the machine cannot run 2 ranks the class is skipped with the reason. docs/prediction.md
-explains the method.
+its components split the miss (HeldOutMiss). Where the machine cannot run 2 ranks the classes
+are skipped with the reason. docs/prediction.md explains the method.
 """
 import math
 
