@@ -67,7 +67,8 @@ class LaunchConfig:
         local_addr: the address this node publishes to the others (None: its FQDN, which they
             may not resolve); the node hosting group rank 0 gives it as ``MASTER_ADDR``.
         wall_timeout_s: the watchdog: the whole run is killed after this many seconds. On NCCL
-            keep it above ``pg_timeout_s`` + 70 s: NCCL's own watchdog ends a timed-out rank
+            keep it above ``pg_timeout_s`` + 70 s (``diagnose.NCCL_ABORT_LAG_S``, which the
+            diagnosis names when the limit comes first): NCCL's own watchdog ends a timed-out rank
             only after waiting for its debug dump (SIGABRT 64 s after the timeout, measured
             with torch 2.11), and only that abort lets the diagnosis name the hung rank.
         threads_per_rank: torch compute threads per rank (same at every world size: fair scaling).
