@@ -616,3 +616,49 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     assert pooled(partial).sync_wait_s == pytest.approx(0.003)
     assert pooled(partial).iteration_wait_s == pytest.approx(0.007)  # the wait in the rhythm
     assert pooled(partial).compute_slowdown is None
+
+
+def _in_place(forwards=(0.4, 0.6), in_place=True):
+    """A basis of each rank alone in its place (``--same-launch``): rank r worked 0.6 s
+    besides its forward (0.5 backward, buckets ready 0.25 and 0.5 into it, 0.1 optimizer),
+    every iteration alike; forwards 0.4 and 0.6 s: 1.0 s alone and 1.2 s alone."""
+    costs = one_rank_costs(work=(1.0,) * 5)
+    ranks = []
+    for r, f in enumerate(forwards):
+        phases = {**PHASES, "forward": f}
+        sample = {"phases_s": phases, "bucket_ready_s": [0.25, 0.5]}
+        ranks.append({"rank": r, "positions": [{"phases_s": phases, "bucket_ready_s": [0.25, 0.5],
+                                                "samples": [sample] * 5}]})
+    return {**costs, "in_place": in_place, "ranks": ranks}
+
+
+def test_each_rank_alone_in_its_place_is_replayed_at_its_own_speed():
+    """Rank 1 ran alone 1.2 s a step, rank 0 1.0 s. At 2 with nothing to communicate the
+    step waits for rank 1: its bucket 1 is ready at 0.6 + 0.5 = 1.1 s, rank 0's at 0.9 waits
+    for it, both optimizers end at 1.2 s. The wait timed in the model's rhythm counts only
+    beyond the slowest rank's own work (0.01 s, not the 0.05 s the timing launch's ranks
+    lost, whose own speeds differed by other amounts): 1.21 s. Rank 0 alone would have said
+    1.0 s + 0.05 s: 1.05 s; both ranks' medians the same for each (1.1 s), with their pooled
+    samples' slowest of 2 (the 0.7071 quantile of five 1.0s and five 1.2s: 1.2, less their
+    median 1.1) counting the same gap a second time: 1.1 + 0.1."""
+    target = Target(2, [0.0, 0.0], iteration_wait_s=0.05, iteration_jitter_s=0.01)
+    own = predict_at(_in_place(), target, BIG_HOST)
+    assert own["predicted_iter_s"] == pytest.approx(1.21)
+    assert own["jitter_s"] == pytest.approx(0.01)
+    assert any("each rank's own local phases alone" in a for a in own["assumptions"])
+    rank0 = predict_at(_in_place((0.4,)), target, BIG_HOST)  # one rank: no place for rank 1
+    assert rank0["predicted_iter_s"] == pytest.approx(1.05)
+    medians = predict_at(_in_place(in_place=False), target, BIG_HOST)
+    assert medians["predicted_iter_s"] == pytest.approx(1.2)
+    assert medians["jitter_s"] == pytest.approx(0.1)
+    # at 4 there is no place-for-place basis: the median rank, as from any other basis
+    four = predict_at(_in_place(), Target(4, [0.0, 0.0], iteration_wait_s=0.05,
+                                          iteration_jitter_s=0.01), BIG_HOST)
+    assert any("the median rank's local phases" in a for a in four["assumptions"])
+    assert four["predicted_iter_s"] == pytest.approx(1.1 + 0.1)  # 0.5^(1/4) quantile: 1.2
+
+
+def test_a_jitter_not_timed_falls_back_to_the_timing_launchs_whole_wait():
+    """Timings from before the wait beyond the slowest rank was kept: the whole wait (0.05)."""
+    got = predict_at(_in_place(), Target(2, [0.0, 0.0], iteration_wait_s=0.05), BIG_HOST)
+    assert got["predicted_iter_s"] == pytest.approx(1.25)

@@ -13,7 +13,8 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * NCCL all-reduces of the model's gradient buckets with their correctness check;
 * each injection read on its own phase, within bounds of the amount measured on the device;
 * a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
-* ``--same-launch``'s solo steps: rank 0 alone on its GPU, the others idle at the barrier;
+* ``--same-launch``'s solo steps: each rank alone on its GPU in turn, the others idle at the
+  barrier;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
   all-reduce on NCCL.
@@ -189,10 +190,11 @@ def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypat
 
 
 @requires_gpu(1)
-def test_solo_steps_run_rank_0_alone_on_its_gpu(data_root, monkeypatch):
+def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
     """A paired launch over NCCL on every GPU with solo steps (``--same-launch``'s run at 1):
-    rank 0's steps alone over its group of one, its timeline on CUDA events, the others idle
-    at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time."""
+    each rank's steps alone over its group of one in turn (6 solo steps shared out by
+    :func:`~swinkit.rank.step_switch.solo_rank`), its timeline on CUDA events, the others
+    idle at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time."""
     import dataclasses
 
     from swinkit.experiments.predict_run import _paired
@@ -202,17 +204,20 @@ def test_solo_steps_run_rank_0_alone_on_its_gpu(data_root, monkeypatch):
     monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
     spec = _paired("test", GPUS, 6, 2, Injection(), 2)
     run = run_ddp(dataclasses.replace(spec, solo=True), progress=lambda s: None)
-    solo = run["ranks"][0]["solo"]
+    from swinkit.rank.step_switch import solo_rank
+    turns = [solo_rank(i, 1, GPUS) for i in range(6)]
+    counts = [len(r["solo"]["iteration"]) for r in run["ranks"]]
     basis = basis_of(run, "solo_run")
     clocks = [abs(a - b) / b for r in run["ranks"]
               for a, b in zip(r["iteration"], r["loop_iteration"])]
-    ok = (len(solo["iteration"]) == 6 and basis["costs"]["world_size"] == 1
-          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1
-          and not any("solo" in r for r in run["ranks"][1:]))
-    assert row(f"solo steps on rank 0 of {GPUS} GPUs (NCCL)",
+    ok = (counts == [turns.count(r) for r in range(GPUS)] and sum(counts) == 6
+          and basis["costs"]["world_size"] == 1 and len(basis["costs"]["ranks"]) == GPUS
+          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1)
+    assert row(f"solo steps on each of {GPUS} GPUs in turn (NCCL)",
                f"T(1) {run['solo_run']['per_batch_s'] * 1e3:.1f} ms, DDP at {GPUS} "
-               f"{run['iter_s'] * 1e3:.1f} ms; clocks within {max(clocks):.1%}",
-               "6 solo steps on rank 0 only, CUDA events, clocks within 10 %", ok)
+               f"{run['iter_s'] * 1e3:.1f} ms; solo steps per rank {counts}; clocks within "
+               f"{max(clocks):.1%}", "6 solo steps shared by turn, CUDA events, clocks "
+               "within 10 %", ok)
 
 
 @requires_gpu(1)

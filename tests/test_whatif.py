@@ -465,29 +465,31 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
 
 def test_solo_steps_are_refused_where_they_would_hang_or_not_be_clean():
     """Before any process starts: no warm-up step (DDP's bucket rebuild would fall in rank
-    0's solo step, a broadcast rank 1 never joins), and a loading delay on rank 0 where loader
-    workers run it (their copy of the switch cannot keep it out of the solo steps)."""
+    0's solo step, a broadcast rank 1 never joins), and a loading delay on any rank where
+    loader workers run it (their copy of the switch cannot keep it out of the solo steps,
+    and every rank has solo steps of its own in turn)."""
     from swinkit.injection import Injection
     from swinkit.runs.ddp_run import DDPRunSpec
     with pytest.raises(ValueError, match="warmup"):
         DDPRunSpec(preset="test", paired=True, solo=True, warmup=0).validate()
     loading = Injection(data_ms=20, ranks=(0,))
-    with pytest.raises(ValueError, match="data_ms on rank 0 with solo steps"):
-        DDPRunSpec(preset="cpu", paired=True, solo=True, injection=loading).validate()
-    # no workers (test preset): the rank loads itself, the switch keeps the solo steps clean;
-    # on rank 1 only: nothing of it reaches rank 0's solo steps
+    for ranks in ((0,), (1,)):
+        with pytest.raises(ValueError, match="data_ms with solo steps needs loader workers 0"):
+            DDPRunSpec(preset="cpu", world_size=2, paired=True, solo=True,
+                       injection=Injection(data_ms=20, ranks=ranks)).validate()
+    # no workers (test preset): the rank loads itself, the switch keeps the solo steps clean
     DDPRunSpec(preset="test", paired=True, solo=True, injection=loading).validate()
-    DDPRunSpec(preset="cpu", paired=True, solo=True,
-               injection=Injection(data_ms=20, ranks=(1,))).validate()
+    DDPRunSpec(preset="cpu", paired=True, solo=True, injection=Injection(compute_ms=5)).validate()
 
 
 @pytest.mark.slow
-def test_solo_steps_run_rank_0_alone_between_the_paired_steps(no_orphans):
-    """A paired launch of 2 with solo steps: rank 0 also runs steps alone over its group of
-    one (no meeting, nothing over the 2 ranks) while rank 1 idles; rank 1's own steps and its
-    per-iteration clocks are those of a paired run (the idle time is in no iteration). The
-    injection on rank 0 reaches its DDP and local steps, not its solo ones (the run at 1 a
-    prediction starts from is clean), and the solo steps come back as a run at world size 1."""
+def test_solo_steps_run_each_rank_alone_in_turn_between_the_paired_steps(no_orphans):
+    """A paired launch of 2 with solo steps: each rank also runs steps alone over its group
+    of one (no meeting, nothing over the 2 ranks) while the other idles, rank 0 in solo steps
+    0 and 2, rank 1 in 1 and 3; each rank's per-iteration clocks are those of a paired run
+    (the idle time is in no iteration). The injection on rank 0 reaches its DDP and local
+    steps, not its solo ones (the run at 1 a prediction starts from is clean), and the solo
+    steps come back as a run at world size 1 in each rank's place."""
     from swinkit.injection import Injection
     from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
@@ -495,20 +497,23 @@ def test_solo_steps_run_rank_0_alone_between_the_paired_steps(no_orphans):
                       injection=Injection(compute_ms=30, ranks=(0,)))
     out = run_ddp(spec)
     zero, one = out["ranks"]
-    assert "solo" not in one and len(zero["solo"]["timeline"]) == 4
+    assert len(zero["solo"]["timeline"]) == 2 and len(one["solo"]["timeline"]) == 2
     for rank in (zero, one):
         assert len(rank["timeline"]) == 6 and len(rank["local"]["iteration"]) == 4
         for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
             assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
-    solo = [[c["name"] for c in it["collectives"]] for it in zero["solo"]["timeline"]]
-    assert all(any(x.startswith("bucket") for x in n) and "meet" not in n for n in solo)
+    for rank in (zero, one):  # a real step alone: its buckets over its group of one
+        solo = [[c["name"] for c in it["collectives"]] for it in rank["solo"]["timeline"]]
+        assert all(any(x.startswith("bucket") for x in n) and "meet" not in n for n in solo)
     assert zero["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
     assert zero["local"]["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
-    assert zero["solo"]["injected_s"]["compute"] == [0.0] * 4
+    assert zero["solo"]["injected_s"]["compute"] == [0.0] * 2
     run1 = out["solo_run"]
-    assert run1["world_size"] == 1 and [r["rank"] for r in run1["ranks"]] == [0]
+    assert run1["world_size"] == 1 and [r["rank"] for r in run1["ranks"]] == [0, 1]
+    assert run1["in_place"]
     basis = basis_of(out, "solo_run")
     assert basis["costs"]["world_size"] == 1 and basis["costs"]["contention"] == {}
+    assert basis["costs"]["in_place"] and len(basis["costs"]["ranks"]) == 2
     assert basis["costs"]["bucket_comm_s"] == [0.0] * len(out["bucket_sizes_bytes"])
     with pytest.raises(ValueError, match="paired"):
         DDPRunSpec(preset="test", solo=True).validate()

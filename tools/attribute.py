@@ -251,9 +251,9 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                         "only, then run it and report the error per launch (held out)")
     p.add_argument("--same-launch", action="store_true",
                    help="with --run --predict-from 1: make the run at 1 inside each launch at "
-                        "N' (rank 0 alone, the others idle, step by step between the DDP "
-                        "steps), so that the run predicted from and the run scored meet the "
-                        "host's same moments")
+                        "N' (each rank alone in turn, the others idle, step by step between "
+                        "the DDP steps), so that the run predicted from and the run scored "
+                        "meet the host's same moments, and each rank's own speed is known")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (from a stored report: default fitted to its "

@@ -6,7 +6,10 @@ will N' give me". Here the run at the largest measured size N0 supplies what doe
 on N', and what does is either measured cheaply at N' without the model or modelled:
 
 * **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
-  N0, each of N' ranks given that same profile;
+  N0, each of N' ranks given that same profile; where the basis ran every one of the N'
+  ranks alone in its own place (``--same-launch``: world size 1 in each rank's place,
+  :func:`~swinkit.attribution.rank_profiles.in_place`), each rank its own, so that the
+  replay's steps wait for the rank that was slower alone;
 * **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
   host has, every compute phase slows by the overcommit (a fluid share of the cores), relative
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
 from swinkit.attribution.order_statistics import expected_max, median_max
+from swinkit.attribution.rank_profiles import in_place, rank_profiles, work_samples
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -73,6 +77,9 @@ class Target:
     # what a rank loses per optimizer step waiting for the slowest when every rank works in
     # the model's rhythm (its segments between meetings) without the model; None: not timed
     iteration_wait_s: float | None = None
+    # the same less what the ranks' own speeds differ by (the median round beyond the slowest
+    # rank's median work): the part a prediction with each rank's own speed still needs
+    iteration_jitter_s: float | None = None
     # backward vs all-reduce contention rates timed at N' with a stand-in for backward
     contention: dict = field(default_factory=dict)
     # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
@@ -109,34 +116,6 @@ def loading_ratio(costs: dict, target: Target, host: Host) -> float | None:
     if costs["world_size"] != 1 or host.loader_workers or not target.loader_slowdown:
         return None
     return max(target.loader_slowdown, 1.0)
-
-
-def median_profile(costs: dict) -> list[dict]:
-    """Per micro-batch position, the ranks' median of each phase and of each bucket's ready
-    time: one rank standing for every rank (the medians, not the samples)."""
-    ranks = costs["ranks"]
-    out = []
-    for p in range(costs["grad_accum"]):
-        pos = [r["positions"][p] for r in ranks]
-        names = pos[0]["phases_s"]
-        n_buckets = min(len(x["bucket_ready_s"]) for x in pos)
-        out.append({"phases_s": {k: statistics.median(x["phases_s"][k] for x in pos) for k in names},
-                    "bucket_ready_s": [statistics.median(x["bucket_ready_s"][j] for x in pos)
-                                       for j in range(n_buckets)]})
-    return out
-
-
-def work_samples(costs: dict) -> list[float]:
-    """Each rank's local work per micro-batch in each measured optimizer step (the sum of its
-    phases), pooled over the ranks: the draws the slowest-of-N' term is taken from."""
-    k = costs["grad_accum"]
-    out = []
-    for r in costs["ranks"]:
-        steps = min(len(p.get("samples") or []) for p in r["positions"])
-        for i in range(steps):
-            out.append(sum(sum(r["positions"][p]["samples"][i]["phases_s"].values())
-                           for p in range(k)) / k)
-    return out
 
 
 def injected_positions(positions: list[dict], extra: dict[str, float]) -> list[dict]:
@@ -178,8 +157,10 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # half a dozen of the others' figures.
     n, n0 = target.world_size, costs["world_size"]
     injected = injected or {}
-    profile = median_profile(costs)
-    local = sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
+    own = in_place(costs, n)  # each rank from its own run alone, else the median rank
+    profiles = rank_profiles(costs, n)
+    local = statistics.fmean(sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
+                             for profile in profiles)
     load_s = (host.images_per_rank / target.supply_images_per_s
               if target.supply_images_per_s else None)
     busy = min(load_s / local, 1.0) if (load_s and local > 0) else 0.0
@@ -190,34 +171,38 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     timed = target.compute_slowdown if (target.compute_slowdown and n0 == 1) else 1.0
     slow = slowdown if slowdown is not None else max(over, timed)
     ratio = loading_ratio(costs, target, host)
-    positions = []
-    for p in profile:
-        ph = dict(p["phases_s"])
-        compute = sum(ph[k] for k in COMPUTE_PHASES if k in ph) * slow
-        for k in COMPUTE_PHASES:
-            if k in ph:
-                ph[k] *= slow
-        if target.data_wait_s is not None:
-            ph["data_wait"] = target.data_wait_s
-        elif ratio is not None:
-            ph["data_wait"] *= ratio
-        elif load_s is not None:
-            # no workers: the rank loads itself; with workers only the excess over compute
-            stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
-            ph["data_wait"] = stall if host.loader_workers == 0 else max(ph["data_wait"], stall)
-        positions.append({"phases_s": ph,
-                          "bucket_ready_s": [t * slow for t in p["bucket_ready_s"]]})
+    ranks = []
+    for profile in profiles:
+        positions = []
+        for p in profile:
+            ph = dict(p["phases_s"])
+            compute = sum(ph[k] for k in COMPUTE_PHASES if k in ph) * slow
+            for k in COMPUTE_PHASES:
+                if k in ph:
+                    ph[k] *= slow
+            if target.data_wait_s is not None:
+                ph["data_wait"] = target.data_wait_s
+            elif ratio is not None:
+                ph["data_wait"] *= ratio
+            elif load_s is not None:
+                # no workers: the rank loads itself; with workers only the excess over compute
+                stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
+                ph["data_wait"] = (stall if host.loader_workers == 0
+                                   else max(ph["data_wait"], stall))
+            positions.append({"phases_s": ph,
+                              "bucket_ready_s": [t * slow for t in p["bucket_ready_s"]]})
+        ranks.append(positions)
     comm = list(target.bucket_comm_s) if network else [0.0] * len(target.bucket_comm_s)
     replay_costs = {
         "world_size": n, "grad_accum": costs["grad_accum"],
         "contention": costs.get("contention") if n0 > 1 else target.contention,
-        "ranks": [{"rank": r, "positions": injected_positions(positions, injected[r])
-                   if r in injected else positions} for r in range(n)],
+        "ranks": [{"rank": r, "positions": injected_positions(ranks[r], injected[r])
+                   if r in injected else ranks[r]} for r in range(n)],
         "bucket_comm_s": comm, "broadcast_s": target.broadcast_s if network else 0.0,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
     base = simulate(replay_costs, launch_delay_s)
-    samples = work_samples(costs)
+    samples = work_samples(costs, centred=own)
     jitter = ((median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
     # what equal work waited for the slowest rank at N'; the larger of the two estimates.
@@ -229,7 +214,11 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
     if target.iteration_wait_s is not None and n > 1:  # timed in the model's own rhythm
-        desync = target.iteration_wait_s / costs["grad_accum"]
+        # with each rank's own speed replayed, only the wait beyond the slowest rank's own
+        # work: the timing launch's ranks differ in speed as the model's do, by other amounts
+        wait = (target.iteration_jitter_s if own and target.iteration_jitter_s is not None
+                else target.iteration_wait_s)
+        desync = wait / costs["grad_accum"]
     sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores
     shared = sliced and (target.iteration_wait_s, target.sync_wait_s) != (None, None)
     jitter = desync if shared else max(jitter, desync)
@@ -250,6 +239,11 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
     """What the prediction at ``target`` takes for granted, in words."""
     n0 = costs["world_size"]
     out = [
+        "per-rank compute is each rank's own local phases alone, world size 1 in its place "
+        "in the launch at N' (each rank ran alone in turn); the slowest-of-N' wait from each "
+        "rank's samples around its own median, and the wait timed in the model's rhythm "
+        "beyond the slowest rank's own work (iteration_jitter_s)"
+        if in_place(costs, target.world_size) else
         f"per-rank compute is the median rank's local phases of the run at world size {n0} "
         "(the largest measured), the same on every rank",
         f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "

@@ -23,7 +23,8 @@ import copy
 import dataclasses
 import statistics
 
-from swinkit.attribution.extrapolate import Host, Target, median_profile, predict_at
+from swinkit.attribution.extrapolate import Host, Target, predict_at
+from swinkit.attribution.rank_profiles import in_place, median_profile, rank_profiles
 from swinkit.attribution.oracle import simulate
 
 TERMS = ("compute", "loading", "communication", "contention", "rank_wait", "beyond_replay")
@@ -50,9 +51,13 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
 
     steps = [first["predicted_iter_s"]]
     seen = median_profile(paired)
-    # compute: the run's median rank's phases and ready times, put in before the prediction
-    # scales them by the host's sharing (so that they come out as the run showed them)
-    basis = _with_profile(basis, seen, slow)
+    # compute: the run's median rank's phases and ready times (rank by rank where the basis
+    # has each rank's own), put in before the prediction scales them by the host's sharing
+    # (so that they come out as the run showed them)
+    n = target.world_size
+    mine = (rank_profiles({**paired, "in_place": True}, n) if in_place(basis, n)
+            else [seen] * len(basis["ranks"]))
+    basis = _with_profile(basis, mine, slow)
     steps.append(predicted(basis, target))
     target = dataclasses.replace(target, data_wait_s=statistics.fmean(
         p["phases_s"]["data_wait"] for p in seen))
@@ -71,13 +76,13 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
             "measured_s": measured_s}
 
 
-def _with_profile(basis: dict, seen: list[dict], slow: float) -> dict:
-    """``basis`` with every rank's compute phases and bucket ready times those of ``seen``
-    (per micro-batch position) divided by ``slow``; its data wait and samples kept (the
-    loading and the spread of its ranks are later terms)."""
+def _with_profile(basis: dict, seen: list[list[dict]], slow: float) -> dict:
+    """``basis`` with each rank's compute phases and bucket ready times those of its profile
+    in ``seen`` (one per basis rank, per micro-batch position) divided by ``slow``; its data
+    wait and samples kept (the loading and the spread of its ranks are later terms)."""
     out = copy.deepcopy(basis)
-    for rank in out["ranks"]:
-        for pos, mine in zip(rank["positions"], seen):
+    for rank, profile in zip(out["ranks"], seen):
+        for pos, mine in zip(rank["positions"], profile):
             for name, value in mine["phases_s"].items():
                 if name != "data_wait":
                     pos["phases_s"][name] = value / slow

@@ -65,6 +65,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
                   loader_slowdown=_loader_slowdown(ranks[0]),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   iteration_wait_s=ranks[0].get("iteration_wait_s"),
+                  iteration_jitter_s=ranks[0].get("iteration_jitter_s"),
                   contention=_median_rates(ranks),
                   compute_slowdown=ranks[0].get("compute_slowdown"), notes=notes)
 
@@ -205,11 +206,12 @@ def _specs(preset, sources, targets, iters, warmup, injection, same_launch) -> d
 def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injection, k: int,
                  repeats: int, progress) -> dict:
     """One launch per target size N' whose schedule interleaves, step by step, DDP over the
-    N' ranks, the local steps (the paired oracle's components) and *solo* steps: rank 0 alone
-    over its group of one while the other ranks idle at a barrier, world size 1 inside the
-    launch (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps
-    (the basis at 1, and T(1)) and the timings at N' only, then scored against the DDP
-    steps. Runs at 1 and N' in separate launches are a minute apart, and this host's speed
+    N' ranks, the local steps (the paired oracle's components) and *solo* steps: one rank
+    alone over its group of one while the other ranks idle at a barrier, the ranks taking
+    turns, world size 1 in each rank's place inside the launch
+    (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps (the
+    basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
+    against the DDP steps. Runs at 1 and N' in separate launches are a minute apart, and this host's speed
     wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');
     interleaved, both meet the same moments. The prediction is computed after the launch,
     from nothing of its steps at N'."""
@@ -217,8 +219,8 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
            "load_average": os.getloadavg()[0],
            "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in averaged}}
     for ws, target in averaged.items():
-        progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP, its components and rank 0 "
-                 "alone, interleaved step by step")
+        progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP, its components and each "
+                 "rank alone in turn, interleaved step by step")
         spec = specs[ws]  # with its solo steps
         run = run_ddp(spec, progress=progress)
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]

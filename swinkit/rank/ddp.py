@@ -32,7 +32,7 @@ from swinkit.ddp_options import DDPOptions
 from swinkit.rank.ddp_setup import RankRun, setup_rank
 from swinkit.rank.delays import GATE, per_iteration
 from swinkit.rank.errors import out_of_memory_named
-from swinkit.rank.step_switch import schedule, sync_batch_norms
+from swinkit.rank.step_switch import schedule, solo_rank, sync_batch_norms
 from swinkit.rank.skeleton import Window, cuda_peaks, identity, timeline_fields
 from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
 
@@ -102,11 +102,13 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         paired: after ``warmup``, alternate optimizer steps of DDP and local iterations
             (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
             local ones in ``result["local"]`` (timeline, iteration, loss).
-        solo: with ``paired``, a third kind of step between each DDP and local one: rank 0
-            alone over its group of one while the other ranks idle at the next barrier, world
-            size 1 inside this launch (``result["solo"]`` on rank 0, as ``"local"``): a run at 1 that
-            shares the host's speed of the moment with the DDP steps beside it. No injection
-            reaches them (the run a prediction starts from is clean).
+        solo: with ``paired``, a third kind of step between each DDP and local one: one rank
+            alone over its group of one while the other ranks idle at the next barrier, the
+            ranks taking turns (:func:`~swinkit.rank.step_switch.solo_rank`), world size 1
+            inside this launch (``result["solo"]``, each rank's own, as ``"local"``): a run at
+            1 in each rank's place that shares the host's speed of the moment with the DDP
+            steps beside it. No injection reaches them (the run a prediction starts from is
+            clean).
     """
     # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
     # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
@@ -143,9 +145,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
             switch and switch.use(local=kind != "ddp")  # solo: over the group of one too
             if switch and run.meet:
-                run.meet.on = kind == "local"  # alone, rank 0 meets nobody
+                run.meet.on = kind == "local"  # alone, a rank meets nobody
             run.starts.append(time.perf_counter())
-            if kind == "solo" and rank.rank != 0:
+            if kind == "solo" and rank.rank != solo_rank(it, options.grad_accum, rank.world_size):
                 _rest(run)
             else:
                 _step(run, it)
@@ -180,8 +182,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     resolved = (run.timeline.resolve(clocks["applied"])
                 if run.timeline.enabled and (paired or load is not None) else [])
     for kind in ("local", "solo") if paired else ():
-        its = [n for n, (k, _) in enumerate(order) if k == kind]
-        if its and (kind == "local" or rank.rank == 0):
+        its = [n for n, (k, i) in enumerate(order) if k == kind and (
+            kind == "local" or solo_rank(i, options.grad_accum, rank.world_size) == rank.rank)]
+        if its:
             result[kind] = {"timeline": [resolved[n] for n in its],
                             "iteration": [sum(phase_durations(resolved[n]).values()) for n in its],
                             "loss": [float(run.losses[n]) for n in its],

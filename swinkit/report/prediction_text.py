@@ -15,8 +15,9 @@ PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1
 def _heading(result: dict, scored: bool) -> str:
     """What was predicted from what, and how the prediction was kept apart from the run."""
     src = ",".join(str(s) for s in result["from"])
-    how = ("every 'predicted' figure was made from the steps of rank 0 alone (world size 1) "
-           "interleaved step by step with the DDP steps of the launch at that size, and from "
+    how = ("every 'predicted' figure was made from the steps of each rank alone in turn "
+           "(world size 1 in each rank's place) interleaved step by step with the DDP steps "
+           "of the launch at that size, and from "
            "nothing of those DDP steps, then scored against them" if result.get("same_launch")
            else "every 'predicted' figure was made before any DDP run at that size"
            + (" and then scored against it" if scored else ""))

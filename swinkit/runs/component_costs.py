@@ -47,6 +47,8 @@ def costs(run: dict) -> dict:
     warmup, k = run["warmup"], run["grad_accum"]
     comm = run["ranks"][0]["comm"]
     return {"world_size": run["world_size"], "grad_accum": k,
+            # solo steps: world size 1 in each of its ranks' places (ddp_run._solo_run)
+            "in_place": run.get("in_place", False),
             "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
             "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
@@ -106,7 +108,7 @@ def basis_of(run: dict, part: str = "local_run") -> dict:
     component costs, the host's share of it, its buckets' bytes, and what the timings at a
     target size need (``probe``: the buckets' elements and dtype, the buffers' shapes, and the
     backend, which decides the device the buckets are timed on). ``part``: "solo_run" for the
-    run at world size 1 made inside the launch (a ``solo`` spec's rank 0 alone)."""
+    run at world size 1 made inside the launch (a ``solo`` spec's ranks, each alone in turn)."""
     comm = run[part]["ranks"][0]["comm"]
     return {"costs": costs(run[part]), "host": vars(host_of(run)),
             "bucket_bytes": list(run["bucket_sizes_bytes"]),

@@ -47,9 +47,9 @@ class DDPRunSpec:
     # together (``out["local_run"]`` holds the components; see
     # swinkit.rank.step_switch.schedule)
     paired: bool = False
-    # with paired: rank 0 alone between each DDP and local step, the others idle (world size 1
-    # in this launch, ``out["solo_run"]``; a held-out prediction's basis sharing the host's
-    # moment)
+    # with paired: one rank alone between each DDP and local step, the ranks taking turns, the
+    # others idle (world size 1 in each rank's place in this launch, ``out["solo_run"]``; a
+    # held-out prediction's basis sharing the host's moment)
     solo: bool = False
 
     def launch_config(self) -> LaunchConfig:
@@ -109,9 +109,8 @@ class DDPRunSpec:
             raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
                              f"workers 0 (got {workers}): workers load ahead, out of step with "
                              "the iterations")
-        if (self.solo and self.injection.data_ms > 0 and self.injection.applies_to(0)
-                and workers > 0):
-            raise ValueError(f"--inject data_ms on rank 0 with solo steps needs loader workers "
+        if self.solo and self.injection.data_ms > 0 and workers > 0:
+            raise ValueError(f"--inject data_ms with solo steps needs loader workers "
                              f"0 (got {workers}): the workers' copy of the injection cannot be "
                              "switched off for the solo steps, which must stay clean")
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
@@ -171,7 +170,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     if spec.paired:
         out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
     if spec.solo:
-        out["solo_run"] = _solo_run(out, ranks[0], spec.ddp.grad_accum)
+        out["solo_run"] = _solo_run(out, ranks, spec.ddp.grad_accum)
     return out
 
 
@@ -203,17 +202,21 @@ def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
             **step_times(local_ranks, grad_accum)}
 
 
-def _solo_run(out: dict, rank0: dict, grad_accum: int) -> dict:
-    """Rank 0's solo steps in the shape of a ``local`` run at world size 1. Alone there is
-    nothing to communicate (the all-reduce and broadcast of one rank are no collective), so
-    the communication is zero; the buckets' payloads and dtype are the launch's."""
-    comm = rank0["comm"]
+def _solo_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
+    """The ranks' solo steps in the shape of a ``local`` run at world size 1, one "rank" per
+    rank that ran alone (``in_place``: each is world size 1 in that rank's place, its
+    process, memory and core as the DDP steps had them). Alone there is nothing to
+    communicate (the all-reduce and broadcast of one rank are no collective), so the
+    communication is zero; the buckets' payloads and dtype are the launch's. Its
+    ``per_batch_s`` (T(1)) is the ranks' median of each one's median step."""
+    comm = ranks[0]["comm"]
     alone = {"bucket_s": [0.0] * len(comm["bucket_s"]), "broadcast_s": 0.0,
              "sync_bn_s": {"forward": 0.0, "backward": 0.0},
              "buffer_sync": comm.get("buffer_sync", True), "elements": comm["elements"],
              "dtype": comm["dtype"]}
-    ranks = [{"rank": 0, "comm": alone, **rank0["solo"]}]
-    return {"world_size": 1, "warmup": 0, "grad_accum": grad_accum, "ranks": ranks,
+    ranks = [{"rank": r["rank"], "comm": alone, **r["solo"]} for r in ranks if "solo" in r]
+    return {"world_size": 1, "in_place": True, "warmup": 0, "grad_accum": grad_accum,
+            "ranks": ranks,
             "bucket_sizes_bytes": out["bucket_sizes_bytes"],
             "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
             **step_times(ranks, grad_accum)}
