@@ -662,3 +662,40 @@ def test_a_jitter_not_timed_falls_back_to_the_timing_launchs_whole_wait():
     """Timings from before the wait beyond the slowest rank was kept: the whole wait (0.05)."""
     got = predict_at(_in_place(), Target(2, [0.0, 0.0], iteration_wait_s=0.05), BIG_HOST)
     assert got["predicted_iter_s"] == pytest.approx(1.25)
+
+
+def _spread(forwards):
+    """Each rank alone in its place with forwards ``f - 0.1 .. f + 0.1`` s in five steps."""
+    costs = _in_place(forwards)
+    for rank, f in zip(costs["ranks"], forwards):
+        rank["positions"][0]["samples"] = [
+            {"phases_s": {**PHASES, "forward": f + d}, "bucket_ready_s": [0.25, 0.5]}
+            for d in (-0.1, -0.05, 0.0, 0.05, 0.1)]
+    return costs
+
+
+def test_the_wait_for_the_slowest_rank_draws_from_each_ranks_own_samples():
+    """Rank 1 alone 1.1..1.3 s, rank 0 0.9..1.1 s: rank 1 is the slower in every step, so
+    the median of the maximum is rank 1's median, 1.2 s, which the replay has already: no
+    wait on top (pooled, the slowest of two draws of all ten would add their 0.7071 quantile
+    1.2 less their median 1.1: 0.1 s). Two ranks alike, 0.9..1.1 s each: one draw from each,
+    P(max <= x) = F(x)^2 = 0.5 at F = 0.70711, position 4 x 0.70711 = 2.8284 of the five:
+    1.0 + 0.8284 x 0.05 = 1.04142 s, a wait of 0.04142 s beyond the median."""
+    apart = predict_at(_spread((0.4, 0.6)), Target(2, [0.0, 0.0]), BIG_HOST)
+    assert apart["jitter_s"] == pytest.approx(0.0, abs=1e-9)
+    assert apart["predicted_iter_s"] == pytest.approx(1.2)
+    alike = predict_at(_spread((0.4, 0.4)), Target(2, [0.0, 0.0]), BIG_HOST)
+    assert alike["jitter_s"] == pytest.approx(0.041421, abs=1e-5)
+    assert alike["predicted_iter_s"] == pytest.approx(1.041421, abs=1e-5)
+
+
+def test_a_basis_in_place_on_one_host_says_nothing_of_ranks_on_other_nodes():
+    """Two nodes of one rank each have the basis's rank count but not its places: the
+    median rank (1.1 s) for both with the pooled draws' wait (0.1 s, above the timed 0.05),
+    not rank 1's 1.2 s on the host it ran on with the jitter beyond it (1.21 s)."""
+    waits = dict(iteration_wait_s=0.05, iteration_jitter_s=0.01)
+    nodes = predict_at(_in_place(), Target(2, [0.0, 0.0], ranks_per_node=1, **waits), BIG_HOST)
+    assert nodes["predicted_iter_s"] == pytest.approx(1.1 + 0.1)
+    here = predict_at(_in_place(), Target(2, [0.0, 0.0], ranks_per_node=2, **waits), BIG_HOST)
+    assert here["predicted_iter_s"] == pytest.approx(1.21)
+    assert any("the median rank's local phases" in a for a in nodes["assumptions"])

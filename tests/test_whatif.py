@@ -468,10 +468,17 @@ def test_solo_steps_are_refused_where_they_would_hang_or_not_be_clean():
     0's solo step, a broadcast rank 1 never joins), and a loading delay on any rank where
     loader workers run it (their copy of the switch cannot keep it out of the solo steps,
     and every rank has solo steps of its own in turn)."""
+    from swinkit.ddp_options import DDPOptions
     from swinkit.injection import Injection
     from swinkit.runs.ddp_run import DDPRunSpec
     with pytest.raises(ValueError, match="warmup"):
         DDPRunSpec(preset="test", paired=True, solo=True, warmup=0).validate()
+    # each rank runs alone in turn, an optimizer step at a time: 2 ranks need 2 steps
+    with pytest.raises(ValueError, match=r"iters \(3\) of at least one optimizer step per rank"):
+        DDPRunSpec(preset="test", world_size=2, iters=3, paired=True, solo=True,
+                   ddp=DDPOptions(grad_accum=2), warmup=2).validate()
+    DDPRunSpec(preset="test", world_size=2, iters=4, paired=True, solo=True,
+               ddp=DDPOptions(grad_accum=2), warmup=2).validate()
     loading = Injection(data_ms=20, ranks=(0,))
     for ranks in ((0,), (1,)):
         with pytest.raises(ValueError, match="data_ms with solo steps needs loader workers 0"):

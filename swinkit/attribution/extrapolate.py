@@ -6,10 +6,9 @@ will N' give me". Here the run at the largest measured size N0 supplies what doe
 on N', and what does is either measured cheaply at N' without the model or modelled:
 
 * **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
-  N0, each of N' ranks given that same profile; where the basis ran every one of the N'
-  ranks alone in its own place (``--same-launch``: world size 1 in each rank's place,
-  :func:`~swinkit.attribution.rank_profiles.in_place`), each rank its own, so that the
-  replay's steps wait for the rank that was slower alone;
+  N0, each of N' ranks given that same profile; where every one of the N' ranks ran alone in
+  its place (``--same-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
+  rank its own, so that the replay's steps wait for the rank that was slower alone;
 * **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
   host has, every compute phase slows by the overcommit (a fluid share of the cores), relative
@@ -23,16 +22,16 @@ on N', and what does is either measured cheaply at N' without the model or model
   overlaps them with backward as DDP does, with the contention rates of the largest measured
   size above one (none, rate 1, where only one rank was run);
 * **waiting for the slowest rank**: each step waits for the slowest of N' ranks. The
-  per-rank, per-iteration local work samples of the run at N0 are taken as independent draws;
-  the measured iteration is a median, so the prediction adds the median of the maximum of N'
-  draws less the median of one, from the empirical distribution's order statistics: the
-  maximum of N' draws is below x with probability F(x)^N', so its median is the
-  0.5^(1/N') quantile (:mod:`~swinkit.attribution.order_statistics`; the mean is reported
-  beside it).
-  The wait timed at N' with equal work on every rank (``iteration_wait_s``: in the model's
-  rhythm between meetings; else ``sync_wait_s`` per sync point) replaces it where larger,
-  and stands alone where the ranks' threads outnumber the cores (time-sliced ranks are not
-  independent draws).
+  per-rank, per-iteration local work samples of the run at N0 are independent draws; the
+  measured iteration is a median, so the prediction adds the median of the maximum of N'
+  draws less the median of one: its 0.5^(1/N') quantile, as P(max <= x) = F(x)^N'
+  (:mod:`~swinkit.attribution.order_statistics`; the mean is reported beside it). With each
+  rank's own profile: one draw from each rank's own samples, beyond the slowest rank's
+  median (the replay has that rank already). The wait timed at N' with equal work on every
+  rank (``iteration_wait_s``, in the model's rhythm between meetings, or with each rank's own
+  profile its part beyond the slowest rank's own work, ``iteration_jitter_s``; else
+  ``sync_wait_s`` per sync point) replaces it where larger, and stands alone where the
+  ranks' threads outnumber the cores (time-sliced ranks are not independent draws).
 
 Everything this returns is a prediction and carries its assumptions (``assumptions``).
 Numbers only: no torch, no processes.
@@ -43,8 +42,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
-from swinkit.attribution.order_statistics import expected_max, median_max
-from swinkit.attribution.rank_profiles import in_place, rank_profiles, work_samples
+from swinkit.attribution.order_statistics import expected_max, median_max, median_max_each
+from swinkit.attribution.rank_profiles import in_place, rank_profiles, rank_samples, work_samples
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -77,8 +76,7 @@ class Target:
     # what a rank loses per optimizer step waiting for the slowest when every rank works in
     # the model's rhythm (its segments between meetings) without the model; None: not timed
     iteration_wait_s: float | None = None
-    # the same less what the ranks' own speeds differ by (the median round beyond the slowest
-    # rank's median work): the part a prediction with each rank's own speed still needs
+    # the same beyond the slowest rank's own work: what a prediction at each rank's speed needs
     iteration_jitter_s: float | None = None
     # backward vs all-reduce contention rates timed at N' with a stand-in for backward
     contention: dict = field(default_factory=dict)
@@ -157,8 +155,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # half a dozen of the others' figures.
     n, n0 = target.world_size, costs["world_size"]
     injected = injected or {}
-    own = in_place(costs, n)  # each rank from its own run alone, else the median rank
-    profiles = rank_profiles(costs, n)
+    own = in_place(costs, n, target.ranks_per_node)  # each rank its own, else the median's
+    profiles = rank_profiles(costs, n, own)
     local = statistics.fmean(sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
                              for profile in profiles)
     load_s = (host.images_per_rank / target.supply_images_per_s
@@ -187,8 +185,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
             elif load_s is not None:
                 # no workers: the rank loads itself; with workers only the excess over compute
                 stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
-                ph["data_wait"] = (stall if host.loader_workers == 0
-                                   else max(ph["data_wait"], stall))
+                ph["data_wait"] = stall if not host.loader_workers else max(ph["data_wait"], stall)
             positions.append({"phases_s": ph,
                               "bucket_ready_s": [t * slow for t in p["bucket_ready_s"]]})
         ranks.append(positions)
@@ -202,8 +199,11 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
     base = simulate(replay_costs, launch_delay_s)
-    samples = work_samples(costs, centred=own)
+    samples = work_samples(costs)
     jitter = ((median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
+    if own and samples:  # each rank from its own draws, beyond the slowest rank's median
+        each = rank_samples(costs)
+        jitter = (median_max_each(each) - max(statistics.median(v) for v in each)) * slow
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
     # what equal work waited for the slowest rank at N'; the larger of the two estimates.
     # Ranks time-sliced on too few cores are not independent draws (one fair scheduler
@@ -238,12 +238,11 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
 def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
     """What the prediction at ``target`` takes for granted, in words."""
     n0 = costs["world_size"]
+    own = in_place(costs, target.world_size, target.ranks_per_node)
     out = [
         "per-rank compute is each rank's own local phases alone, world size 1 in its place "
-        "in the launch at N' (each rank ran alone in turn); the slowest-of-N' wait from each "
-        "rank's samples around its own median, and the wait timed in the model's rhythm "
-        "beyond the slowest rank's own work (iteration_jitter_s)"
-        if in_place(costs, target.world_size) else
+        "in the launch at N' (each rank ran alone in turn)"
+        if own else
         f"per-rank compute is the median rank's local phases of the run at world size {n0} "
         "(the largest measured), the same on every rank",
         f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "
@@ -255,14 +254,7 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
         if (target.compute_slowdown and n0 == 1) else
         "compute slows only by the overcommit of cores (no stand-in timed at N' from a basis "
         "at world size 1)",
-        "per-rank iteration times are independent draws from the measured per-rank, "
-        "per-iteration samples; the slowest-of-N' wait is the median of their maximum "
-        "(order statistics of the empirical distribution), or, if larger, the wait timed at "
-        "N' with equal work on every rank: in the model's rhythm (iteration_wait_s: a "
-        "stand-in's work for as long as the model's segments between meetings) where timed, "
-        "else per sync point (sync_wait_s) times the sync points (buckets + buffer "
-        "broadcast); where the ranks' own threads outnumber the cores (time-sliced, not "
-        "independent) the timed wait alone",
+        _wait_assumption(own, target),
         f"communication: bucket all-reduces and buffer broadcast {target.source}",
         ("contention between backward and all-reduce: the rates measured at world size "
          f"{n0}") if n0 > 1 else (
@@ -281,6 +273,20 @@ def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
     else:
         out.append("loading: the supply with N' loaders at once, measured at N'")
     return out
+
+
+def _wait_assumption(own: bool, target: Target) -> str:
+    """How the wait for the slowest rank was predicted, in words."""
+    draws = ("each rank's own samples; the slowest-of-N' wait is the median of the maximum of "
+             "one draw per rank beyond the slowest rank's median" if own else "the measured "
+             "samples; the slowest-of-N' wait is the median of their maximum (order statistics)")
+    rhythm = ("beyond the slowest rank's own work (iteration_jitter_s)"
+              if own and target.iteration_jitter_s is not None else "(iteration_wait_s)")
+    return (f"per-rank, per-iteration times are independent draws from {draws}, or, if larger, "
+            f"the wait timed at N' with equal work on every rank: in the model's rhythm {rhythm} "
+            "where timed, else per sync point (sync_wait_s, which holds the timing launch's "
+            "own ranks' differences in speed too) times the sync points; where the ranks' "
+            "threads outnumber the cores (time-sliced, not independent) the timed wait alone")
 
 
 def efficiency(t1: float, tn: float) -> float:

@@ -55,7 +55,7 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
     # has each rank's own), put in before the prediction scales them by the host's sharing
     # (so that they come out as the run showed them)
     n = target.world_size
-    mine = (rank_profiles({**paired, "in_place": True}, n) if in_place(basis, n)
+    mine = (rank_profiles(paired, n, own=True) if in_place(basis, n, target.ranks_per_node)
             else [seen] * len(basis["ranks"]))
     basis = _with_profile(basis, mine, slow)
     steps.append(predicted(basis, target))

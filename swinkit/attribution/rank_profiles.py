@@ -15,48 +15,52 @@ def median_profile(costs: dict) -> list[dict]:
         pos = [r["positions"][p] for r in ranks]
         names = pos[0]["phases_s"]
         n_buckets = min(len(x["bucket_ready_s"]) for x in pos)
-        out.append({"phases_s": {k: statistics.median(x["phases_s"][k] for x in pos) for k in names},
+        out.append({"phases_s": {k: statistics.median(x["phases_s"][k] for x in pos)
+                                 for k in names},
                     "bucket_ready_s": [statistics.median(x["bucket_ready_s"][j] for x in pos)
                                        for j in range(n_buckets)]})
     return out
 
 
-def in_place(costs: dict, n: int) -> bool:
+def in_place(costs: dict, n: int, ranks_per_node: int | None = None) -> bool:
     """Whether the basis holds world size 1 in each place of the N' ranks (a ``--same-launch``
     basis: every rank of the launch at N' ran alone in turn), so that rank r at N' is
-    predicted from rank r alone, its own speed."""
-    return bool(costs.get("in_place")) and len(costs["ranks"]) == n
+    predicted from rank r alone, its own speed. Only for N' ranks on the one host they ran
+    on (``ranks_per_node`` None or N'): elsewhere one host's ranks say nothing of another's."""
+    return (bool(costs.get("in_place")) and len(costs["ranks"]) == n
+            and (ranks_per_node or n) == n)
 
 
-def rank_profiles(costs: dict, n: int) -> list[list[dict]]:
-    """The profile each of ``n`` ranks works to: its own where the basis is :func:`in_place`
-    (rank against rank, each as it ran alone), else the median rank's for every one.
+def rank_profiles(costs: dict, n: int, own: bool = False) -> list[list[dict]]:
+    """The profile each of ``n`` ranks works to: each rank's own where ``own`` (the basis
+    :func:`in_place`: rank against rank, each as it ran alone), else the median rank's for
+    every one.
 
     >>> def rank(f):
     ...     return {"positions": [{"phases_s": {"forward": f}, "bucket_ready_s": []}]}
     >>> costs = {"grad_accum": 1, "in_place": True, "ranks": [rank(1.0), rank(1.2)]}
-    >>> [p[0]["phases_s"]["forward"] for p in rank_profiles(costs, 2)]
+    >>> [p[0]["phases_s"]["forward"] for p in rank_profiles(costs, 2, own=True)]
     [1.0, 1.2]
     >>> [p[0]["phases_s"]["forward"] for p in rank_profiles(costs, 4)]
     [1.1, 1.1, 1.1, 1.1]
     """
-    if in_place(costs, n):
+    if own:
         return [median_profile({**costs, "ranks": [r]}) for r in costs["ranks"]]
     return [median_profile(costs)] * n
 
 
-def work_samples(costs: dict, centred: bool = False) -> list[float]:
-    """Each rank's local work per micro-batch in each measured optimizer step (the sum of its
-    phases), pooled over the ranks: the draws the slowest-of-N' term is taken from.
-    ``centred``: each rank's less its own median, where the ranks' own speeds are predicted
-    rank by rank (:func:`rank_profiles` in place): the draws are then what a rank varies
-    around its own speed, not the gap between two ranks' speeds counted a second time."""
+def rank_samples(costs: dict) -> list[list[float]]:
+    """Per rank, its local work per micro-batch in each measured optimizer step (the sum of
+    its phases): the draws the slowest-of-N' term is taken from."""
     k = costs["grad_accum"]
     out = []
     for r in costs["ranks"]:
         steps = min(len(p.get("samples") or []) for p in r["positions"])
-        mine = [sum(sum(r["positions"][p]["samples"][i]["phases_s"].values())
-                    for p in range(k)) / k for i in range(steps)]
-        centre = statistics.median(mine) if (centred and mine) else 0.0
-        out.extend(x - centre for x in mine)
+        out.append([sum(sum(r["positions"][p]["samples"][i]["phases_s"].values())
+                        for p in range(k)) / k for i in range(steps)])
     return out
+
+
+def work_samples(costs: dict) -> list[float]:
+    """:func:`rank_samples` pooled over the ranks (the draws of a median rank)."""
+    return [x for mine in rank_samples(costs) for x in mine]

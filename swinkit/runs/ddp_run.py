@@ -67,14 +67,8 @@ class DDPRunSpec:
         if self.local and self.paired:
             raise ValueError("local and paired exclude each other (paired runs local "
                              "iterations beside the DDP ones)")
-        if self.solo and not self.paired:
-            raise ValueError("solo steps run in a paired launch (paired=True) only")
-        if self.solo and self.warmup < self.ddp.grad_accum:
-            # DDP regroups its buckets after the first synchronised backward with a broadcast
-            # over every rank: in a solo step only rank 0 would join it (a hang)
-            raise ValueError(f"solo steps need warmup ({self.warmup}) of at least one "
-                             f"optimizer step ({self.ddp.grad_accum} iterations): DDP's "
-                             "bucket rebuild must happen in a step of every rank")
+        if self.solo:
+            self._check_solo()
         if self.paired and self.bare:
             raise ValueError("paired needs the timeline (it is the components' measurement); "
                              "bare has none")
@@ -116,6 +110,23 @@ class DDPRunSpec:
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
         device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
         return load_config(self.preset, self.data_root, self.overrides, device=device), lc
+
+    def _check_solo(self):
+        """The solo steps' own refusals (the ranks alone in turn, between paired steps)."""
+        if not self.paired:
+            raise ValueError("solo steps run in a paired launch (paired=True) only")
+        if self.warmup < self.ddp.grad_accum:
+            # DDP regroups its buckets after the first synchronised backward with a broadcast
+            # over every rank: in a solo step only the rank alone would join it (a hang)
+            raise ValueError(f"solo steps need warmup ({self.warmup}) of at least one "
+                             f"optimizer step ({self.ddp.grad_accum} iterations): DDP's "
+                             "bucket rebuild must happen in a step of every rank")
+        if self.iters // self.ddp.grad_accum < self.world_size:
+            # the ranks take turns by optimizer step: each needs one, or its own speed alone
+            # is unknown and the run at 1 in its place is missing
+            raise ValueError(f"solo steps need iters ({self.iters}) of at least one optimizer "
+                             f"step per rank ({self.world_size} x {self.ddp.grad_accum} "
+                             "iterations): the ranks run alone in turn")
 
 
 def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
