@@ -211,10 +211,10 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     turns, world size 1 in each rank's place inside the launch
     (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps (the
     basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
-    against the DDP steps. Runs at 1 and N' in separate launches are a minute apart, and this host's speed
-    wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');
-    interleaved, both meet the same moments. The prediction is computed after the launch,
-    from nothing of its steps at N'."""
+    against the DDP steps. Runs at 1 and N' in separate launches are a minute apart, and
+    this host's speed wanders by more than 5 % over that (docs: 'Longer runs do not lower
+    the floor'); interleaved, both meet the same moments. The prediction is computed after
+    the launch, from nothing of its steps at N'."""
     row = {"launch": k + 1, "measured_from": {}, "targets": {}, "same_launch": True,
            "load_average": os.getloadavg()[0],
            "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in averaged}}
