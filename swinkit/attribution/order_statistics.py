@@ -2,6 +2,9 @@
 ranks takes when each rank's time is an independent draw from measured samples."""
 from __future__ import annotations
 
+import bisect
+import math
+
 from swinkit.measure.stats import quantile
 
 
@@ -22,16 +25,14 @@ def expected_max(values: list[float], n: int) -> float:
     return sum(x * ((i / m) ** n - ((i - 1) / m) ** n) for i, x in enumerate(xs, 1))
 
 
-def _cdf(values: list[float], x: float) -> float:
-    """P(draw <= x) for ``values``' distribution as :func:`quantile` interpolates it (the
+def _cdf(xs: list[float], x: float) -> float:
+    """P(draw <= x) for the sorted values ``xs`` as :func:`quantile` interpolates them (the
     inverse of that quantile function between the sorted values)."""
-    xs = sorted(values)
     if x < xs[0]:
         return 0.0
     if x >= xs[-1]:
         return 1.0
-    i = max(j for j in range(len(xs) - 1) if xs[j] <= x)  # xs[i] <= x < xs[-1]
-    nxt = next(j for j in range(i + 1, len(xs)) if xs[j] > x)
+    nxt = bisect.bisect_right(xs, x)  # xs[nxt - 1] <= x < xs[nxt]
     within = (x - xs[nxt - 1]) / (xs[nxt] - xs[nxt - 1])
     return (nxt - 1 + within) / (len(xs) - 1)
 
@@ -48,14 +49,14 @@ def median_max_each(per_rank: list[list[float]], iterations: int = 60) -> float:
     >>> round(median_max_each([[0.9, 1.0, 1.1], [1.3, 1.4, 1.5]]), 6)
     1.4
     """
-    lo = min(min(v) for v in per_rank)
-    hi = max(max(v) for v in per_rank)
-    if len(per_rank) == 1 or lo == hi:
-        return quantile(per_rank[0], 0.5) if len(per_rank) == 1 else lo
+    if len(per_rank) == 1:
+        return quantile(per_rank[0], 0.5)
+    ranks = [sorted(v) for v in per_rank]  # once: the bisection reads them many times
+    lo, hi = min(xs[0] for xs in ranks), max(xs[-1] for xs in ranks)
+    if lo == hi:
+        return lo
     for _ in range(iterations):
         mid = (lo + hi) / 2
-        below = 1.0
-        for values in per_rank:
-            below *= _cdf(values, mid)
+        below = math.prod(_cdf(xs, mid) for xs in ranks)
         lo, hi = (mid, hi) if below < 0.5 else (lo, mid)
     return hi
