@@ -487,14 +487,16 @@ def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
 
 def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     """The order of a held-out sweep of 2 launches predicting 2 from 1: one short run at 1 for
-    the buckets' sizes, then per launch the timings at 2 (without the model), the run at 1,
-    the prediction from that run, and only then the run at 2. The prediction of each launch
-    is made from that launch's run at 1 (T(1) 1.0 s, then 1.5 s), and with the host-sharing
-    readings of the timings at 2 so far (stand-in x1.0, then x1.2: launch 2 predicts with
-    their mean x1.1 and keeps its own x1.2 beside it)."""
+    the buckets' sizes, then per launch the timings at 2 (without the model; twice before the
+    first launch, which has no earlier launch's to pool with), the run at 1, the prediction
+    from that run, and only then the run at 2. The prediction of each launch is made from
+    that launch's run at 1 (T(1) 1.0 s, then 1.5 s), and with the host-sharing readings of
+    the timings at 2 so far (stand-in x1.0 and x1.2 before launch 1, which predicts with
+    their mean x1.1; then x1.7: launch 2 predicts with x1.3 and keeps its own x1.7 beside
+    it, launch 1 its latest x1.2 and the earlier x1.0 apart)."""
     from swinkit.experiments import predict_run
 
-    events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2])
+    events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2, 1.7])
 
     def run_ddp(spec, progress):
         events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else ""))
@@ -512,10 +514,13 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     _fake_launches(monkeypatch, run_ddp, measure_target, predict_one)
     out = predict_run.held_out("test", [1, 2], [1], repeats=2, progress=lambda *a: None)
     launch = ["timings at 2", "run 1", "prediction", "run 2"]
-    assert events == ["run 1 short"] + launch + launch
+    assert events == ["run 1 short", "timings at 2"] + launch + launch
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
-    assert [row["targets"][2]["slowdown"] for row in out["launches"]] == [1.0, pytest.approx(1.1)]
-    assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.0, 1.2]
+    assert [row["targets"][2]["slowdown"] for row in out["launches"]] == [
+        pytest.approx(1.1), pytest.approx(1.3)]
+    assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.2, 1.7]
+    assert [t["compute_slowdown"] for t in out["launches"][0]["timed_earlier"][2]] == [1.0]
+    assert "timed_earlier" not in out["launches"][1]
 
 
 def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_beside_them(monkeypatch):
@@ -556,7 +561,8 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
                                progress=lambda *a: None)
     assert explained == [("solo_run", 2, "the local steps")] * 2
     launch = ["timings at 2", "run 2 solo", "prediction from solo_run"]
-    assert events == ["run 1 short"] + launch + launch
+    assert events == ["run 1 short", "timings at 2"] + launch + launch  # two before the first
+    assert len(out["launches"][0]["timed_earlier"][2]) == 1
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
     assert scored == [(2.0, "the local steps")] * 2 and out["same_launch"]
@@ -592,7 +598,7 @@ def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buck
     predict_run.held_out("test", [1, 2], [1], repeats=1, progress=lambda *a: None,
                          injection=Injection(comm_scale=4, compute_ms=10))
     assert runs == [(1, 2, 1.0, 10), (1, 10, 4, 10), (2, 10, 4, 10)]
-    assert scales == [4] and passed == [(4, 4)]
+    assert scales == [4, 4] and passed == [(4, 4)]  # both timings before the first launch
 
 
 def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_timings():

@@ -167,7 +167,10 @@ def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_readin
     launches = [{"targets": {2: {"compute_slowdown": 1.0}}, "timed": {2: {"compute_slowdown": 1.0}}},
                 {"targets": {2: {"compute_slowdown": 1.1}}, "timed": {2: {"compute_slowdown": 1.2}}}]
     (line,) = sharing_lines(launches)
-    assert "N=2, per launch: x1.000, x1.100 (the stand-in's own reading: x1.000, x1.200" in line
+    assert ("N=2, per launch: x1.000, x1.100 (the stand-in's own reading at each launch's last "
+            "timing: x1.000, x1.200; averaged over the timings so far, 1 before the first") in line
+    launches[0]["timed_earlier"] = {2: [{"compute_slowdown": 0.9}]}  # two timings before launch 1
+    assert "2 before the first launch" in sharing_lines(launches)[0]
     assert sharing_lines([{k: v for k, v in row.items() if k != "timed"} for row in launches]) == []
     assert sharing_lines(launches[:1]) == []
     for row in launches:  # predicted from 2 ranks: the stand-in was not used

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from swinkit.experiments import internode, predict_run
+from swinkit.experiments import internode, target_timing
 from swinkit.experiments.contention_probe import STAND_IN_SIDE, backward_stand_in
 from swinkit.rank.devices import rank_device
 
@@ -75,11 +75,11 @@ def test_timings_at_n_go_over_the_backend_the_basis_ran_on(monkeypatch):
         assert kwargs["segments_s"] == pytest.approx([0.05, 0.02])
         return Done()
 
-    monkeypatch.setattr(predict_run, "launch", launch)
-    target = predict_run.measure_target("test", 2, _basis("nccl"), progress=lambda s: None)
+    monkeypatch.setattr(target_timing, "launch", launch)
+    target = target_timing.measure_target("test", 2, _basis("nccl"), progress=lambda s: None)
     assert target.bucket_comm_s == [1e-3, 2e-3]
-    predict_run.measure_target("test", 2, _basis("gloo"), progress=lambda s: None)
-    predict_run.measure_target("test", 2, _basis(), progress=lambda s: None)  # kept before
+    target_timing.measure_target("test", 2, _basis("gloo"), progress=lambda s: None)
+    target_timing.measure_target("test", 2, _basis(), progress=lambda s: None)  # kept before
     assert launched == ["nccl", "gloo", "auto"]
 
 
@@ -97,10 +97,10 @@ def test_a_slower_link_known_at_n_is_timed_with_its_bytes(monkeypatch):
         sent.append(kwargs["elements"])
         return Done()
 
-    monkeypatch.setattr(predict_run, "launch", launch)
-    slow = predict_run.measure_target("test", 2, _basis(), progress=lambda s: None,
+    monkeypatch.setattr(target_timing, "launch", launch)
+    slow = target_timing.measure_target("test", 2, _basis(), progress=lambda s: None,
                                       comm_scale=4)
-    predict_run.measure_target("test", 2, _basis(), progress=lambda s: None)
+    target_timing.measure_target("test", 2, _basis(), progress=lambda s: None)
     assert sent == [[[40], [80]], [[10], [20]]]
     assert any("4 times slower" in note for note in slow.notes)
 

@@ -5,6 +5,7 @@
     predict_run.py      predict world sizes not run; run them after and score (held out)
     predict_stored.py   predict from a stored held-out report (ring model, nodes)
     injected_costs.py   injections in a held-out prediction (added at N', taken off the basis)
+    target_timing.py    what a prediction times at N' without the model: one launch, a Target
     target_probes.py    what a prediction times at N' without the model (the ranks' side)
     contention_probe.py the backward/all-reduce contention rates at N', a stand-in for backward
     internode.py        the inter-node link timed across two simulated nodes on localhost

@@ -1,5 +1,5 @@
 """What a prediction times at the target size N' without the model, in one launch of N' ranks
-(:func:`swinkit.experiments.predict_run.measure_target` starts it): the loader's supply with N'
+(:func:`swinkit.experiments.target_timing.measure_target` starts it): the loader's supply with N'
 loaders at once (and, where ranks load themselves, rank 0's loader alone first), the model's
 bucket all-reduces and buffer broadcast, and stand-ins for what the host's sharing does to
 the model's work (contention of backward with the all-reduces, waiting at a sync point,

@@ -84,7 +84,7 @@ def held_out_lines(result: dict) -> list[str]:
 
 def sharing_lines(launches: list[dict]) -> list[str]:
     """Per target size, each launch's compute slowdown by the shared host as predicted with
-    (the stand-in averaged over the launches so far) beside the stand-in's own reading in
+    (the stand-in averaged over the timings so far) beside the stand-in's own reading in
     that launch: how much the averaging moved it. Only from a basis at 1: from more ranks the
     stand-in is not used (the basis's own compute already shares the host)."""
     out = []
@@ -96,10 +96,12 @@ def sharing_lines(launches: list[dict]) -> list[str]:
         own = [(row.get("timed") or {}).get(ws, {}).get("compute_slowdown") for row in launches]
         if None in used or None in own:
             continue
+        first = 1 + len((launches[0].get("timed_earlier") or {}).get(ws, []))
         out.append(f"compute slowed by the shared host at N={ws}, per launch: "
-                   + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading: "
-                   + ", ".join(f"x{x:.3f}" for x in own) + "; averaged over the launches so "
-                   "far, then the larger of it and the cores' overcommit)")
+                   + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading at "
+                   "each launch's last timing: " + ", ".join(f"x{x:.3f}" for x in own)
+                   + f"; averaged over the timings so far, {first} before the first launch, "
+                   "then the larger of it and the cores' overcommit)")
     return out
 
 
