@@ -243,7 +243,7 @@ def test_fit_link_refuses_a_negative_latency():
 def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypatch):
     """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 scores. A basis of
     one rank doing 1.0 s of local work, buckets timed at 2 as 0.02 + 0.03 s, both ready at the
-    end of backward: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1).
+    end of backward, two timings pooled: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1).
     Only then are the run at 2's own components read, to split the miss: their forward of
     0.45 s (the prediction, had it read them, would be 1.1 s) is all of it, +0.05 s compute."""
     from swinkit.experiments import predict_run
@@ -259,8 +259,12 @@ def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypa
              "host": {"cores": 64, "threads_per_rank": 1, "loader_workers": 0,
                       "images_per_rank": 2},
              "bucket_bytes": [1000, 9000], "probe": {}}
+    # timed twice, as a held-out sweep's first launch: the stand-in x0.8 then x1.2 pool to
+    # x1.0 (the latest alone would slow the 1.0 s of compute to 1.2 s)
+    readings = iter([0.8, 1.2])
     monkeypatch.setattr(predict_run, "measure_target", lambda preset, ws, b, progress,
-                        comm_scale=1.0: Target(ws, [0.02, 0.03], sync_wait_s=0.0))
+                        comm_scale=1.0: Target(ws, [0.02, 0.03], sync_wait_s=0.0,
+                                               compute_slowdown=next(readings)))
     # the run at 2: its iteration, and its components, which the prediction must not read
     slower = dict(phases, forward=0.45)
     at_2 = {"phases_s": slower, "bucket_ready_s": [0.5, 0.5],
@@ -274,6 +278,8 @@ def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypa
     out = predict_run.held_out_from_sweep(sweep, "test", progress=lambda *a: None)
     pred = out["launches"][0]["targets"][2]
     assert pred["predicted_iter_s"] == pytest.approx(1.05)
+    assert out["launches"][0]["timed"][2]["compute_slowdown"] == 1.2
+    assert [t["compute_slowdown"] for t in out["launches"][0]["timed_earlier"][2]] == [0.8]
     terms = pred["miss_split"]["terms_s"]
     assert terms.pop("compute") == pytest.approx(0.05)
     assert terms == pytest.approx(dict.fromkeys(terms, 0.0), abs=1e-9)

@@ -251,14 +251,18 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
         raise ValueError(f"the run at world size {source} kept no basis for a prediction "
                          "(paired launches keep one)")
     t1 = first["iter_s"]
-    timed = measure_target(preset, target, basis, progress)
+    # pooled as a held-out sweep's first launch pools its timings (FIRST_TIMINGS)
+    timings = [measure_target(preset, target, basis, progress) for _ in range(FIRST_TIMINGS)]
+    timed = pooled(timings)
     pred = predict_one(basis, t1, timed)
     scored = sweep.get(target)  # read from here on only: the prediction is made
     score_against(pred, scored["iter_s"], scored.get("prediction"))
     if scored.get("basis"):  # the run at N''s components, kept by the sweep
         _explain_miss(pred, basis, timed, scored["basis"].get("costs"), scored["iter_s"])
     row = {"launch": 1, "measured_from": {source: t1}, "t1_s": t1, "basis": basis,
-           "targets": {target: pred}, "load_average": os.getloadavg()[0]}
+           "targets": {target: pred}, "load_average": os.getloadavg()[0],
+           "timed": {target: dataclasses.asdict(timings[-1])},
+           **_earlier_timings({target: timings}, 0)}
     return {"preset": preset, "from": [source], "targets": [target], "launches": [row],
             "summary": summarize([row], [target]), "repeatability": {}}
 
