@@ -243,7 +243,8 @@ def test_fit_link_refuses_a_negative_latency():
 def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypatch):
     """bench_ddp's sweep: the run at 1 keeps its basis, the run at 2 scores. A basis of
     one rank doing 1.0 s of local work, buckets timed at 2 as 0.02 + 0.03 s, both ready at the
-    end of backward, two timings pooled: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy 100 x (1 - 0.05 / 1.1).
+    end of backward, two timings pooled: predicted 1.0 + 0.05 s; measured 1.1 s: accuracy
+    100 x (1 - 0.05 / 1.1).
     Only then are the run at 2's own components read, to split the miss: their forward of
     0.45 s (the prediction, had it read them, would be 1.1 s) is all of it, +0.05 s compute."""
     from swinkit.experiments import predict_run
