@@ -251,6 +251,12 @@ def test_held_out_text_prints_the_baselines_and_assumptions():
     assert "T(1) + all-reduce at N'" in text and "  - stated" in text
 
 
+def _first_timings(data: dict) -> list[dict]:
+    """The first launch's timings at 2, in the order made: the earlier ones, then its own."""
+    row = data["launches"][0]
+    return (row.get("timed_earlier") or {}).get("2", []) + [row["timed"]["2"]]
+
+
 @pytest.mark.slow
 def test_held_out_run_on_the_test_preset(tmp_path):
     """2 predicted from 1 (collectives and loaders timed at 2), then run: the error is
@@ -265,10 +271,12 @@ def test_held_out_run_on_the_test_preset(tmp_path):
     assert set(two["accuracy"]) >= {"model", "perfect", "plus_allreduce", "paired"}
     # the timings at 2 went over the backend the run at 1 used (on a GPU node: NCCL, GPUs)
     assert data["launches"][0]["basis"]["probe"]["backend"] == "gloo"
-    # the wait in the model's rhythm was timed at 2 (a median round is never below the
-    # median of the work inside it) and is the wait the prediction took
-    wait = data["launches"][0]["timed"]["2"]["iteration_wait_s"]
-    assert wait >= 0 and two["sync_points_wait_s"] == pytest.approx(wait)
+    # the wait in the model's rhythm was timed at 2 in both timings before the launch (a
+    # median round is never below the median of the work inside it), and the prediction
+    # took their mean
+    waits = [t["iteration_wait_s"] for t in _first_timings(data)]
+    assert len(waits) == 2 and min(waits) >= 0
+    assert two["sync_points_wait_s"] == pytest.approx(sum(waits) / 2)
     # both contention rates read at 2: enough rounds ran beside the stand-in's chunks
     assert set(data["launches"][0]["timed"]["2"]["contention"]) == {"compute_rate", "comm_rate"}
     # one loader alone and both at once timed at 2: the loading took the run's own wait at 1
@@ -295,8 +303,10 @@ def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
     assert data["same_launch"] and row["basis"]["costs"]["world_size"] == 1
     assert row["basis"]["costs"]["in_place"] and len(row["basis"]["costs"]["ranks"]) == 2
     assert two["t1_s"] == row["measured_from"]["1"] and "paired" in two["accuracy"]
-    timed = row["timed"]["2"]
-    assert 0 <= timed["iteration_jitter_s"] <= timed["iteration_wait_s"]
-    assert two["sync_points_wait_s"] == pytest.approx(timed["iteration_jitter_s"])
+    timings = _first_timings(data)  # two before the first launch, their mean taken
+    assert len(timings) == 2
+    assert all(0 <= t["iteration_jitter_s"] <= t["iteration_wait_s"] for t in timings)
+    assert two["sync_points_wait_s"] == pytest.approx(
+        sum(t["iteration_jitter_s"] for t in timings) / 2)
     assert "each rank alone in turn" in out.stdout
     assert "world size 2, accuracy per launch" in out.stdout
