@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
 from swinkit.attribution.order_statistics import expected_max, median_max, median_max_each
-from swinkit.attribution.rank_profiles import in_place, rank_profiles, rank_samples, work_samples
+from swinkit.attribution.rank_profiles import in_place, rank_profiles, rank_samples
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -199,11 +199,11 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
     base = simulate(replay_costs, launch_delay_s)
-    samples = work_samples(costs)
-    jitter = ((median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
-    if own and samples:  # each rank from its own draws, beyond the slowest rank's median
-        each = rank_samples(costs)
-        jitter = (median_max_each(each) - max(statistics.median(v) for v in each)) * slow
+    each = rank_samples(costs)
+    samples = [x for mine in each for x in mine]  # pooled: the draws of a median rank
+    # with each rank's own profile one draw per rank, beyond the slowest rank's median
+    jitter = (((median_max_each(each) - max(statistics.median(v) for v in each)) if own else
+               median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
     # what equal work waited for the slowest rank at N'; the larger of the two estimates.
     # Ranks time-sliced on too few cores are not independent draws (one fair scheduler

@@ -59,8 +59,3 @@ def rank_samples(costs: dict) -> list[list[float]]:
         out.append([sum(sum(r["positions"][p]["samples"][i]["phases_s"].values())
                         for p in range(k)) / k for i in range(steps)])
     return out
-
-
-def work_samples(costs: dict) -> list[float]:
-    """:func:`rank_samples` pooled over the ranks (the draws of a median rank)."""
-    return [x for mine in rank_samples(costs) for x in mine]
