@@ -543,20 +543,14 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
         events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else "")
                       + (" solo" if spec.solo else ""))
         solo = {"per_batch_s": next(t1s)} if spec.solo else None
-        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo,
-                "probe_slowdown": next(probes) if spec.solo else None}
+        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo}
 
     def measure_target(preset, ws, basis, progress, comm_scale=1.0):
         events.append(f"timings at {ws}")
-        return Target(ws, [0.0], compute_slowdown=1.1)
-
-    # the stand-in read by the launch's own probe steps replaces the timings' (x1.1); where
-    # none was read (a GPU launch), the timings' stands
-    probes, slowdowns = iter([1.3, None]), []
+        return Target(ws, [0.0])
 
     def predict_one(basis, t1, target, injection):
         events.append(f"prediction from {basis['part']}")
-        slowdowns.append(target.compute_slowdown)
         return {"t1_s": t1}
 
     monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
@@ -579,10 +573,6 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
     assert scored == [(2.0, "the local steps")] * 2 and out["same_launch"]
-    assert slowdowns == [1.3, pytest.approx(1.1)]
-    assert [row["targets"][2]["stand_in_slowdown"] for row in out["launches"]] == [
-        {"before_launch": pytest.approx(1.1), "in_launch": 1.3},
-        {"before_launch": pytest.approx(1.1), "in_launch": None}]
     for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
         with pytest.raises(ValueError, match="--same-launch"):
             predict_run.held_out("test", [1, 2, 4], sources, score=score, same_launch=True)

@@ -213,9 +213,7 @@ def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
               for a, b in zip(r["iteration"], r["loop_iteration"])]
     ok = (counts == [turns.count(r) for r in range(GPUS)] and sum(counts) == iters
           and basis["costs"]["world_size"] == 1 and len(basis["costs"]["ranks"]) == GPUS
-          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1
-          # the stand-in is host work: no probe reads it beside GPU compute
-          and run["probe_slowdown"] is None and not any("probe" in r for r in run["ranks"]))
+          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1)
     assert row(f"solo steps on each of {GPUS} GPUs in turn (NCCL)",
                f"T(1) {run['solo_run']['per_batch_s'] * 1e3:.1f} ms, DDP at {GPUS} "
                f"{run['iter_s'] * 1e3:.1f} ms; solo steps per rank {counts}; clocks within "

@@ -380,49 +380,16 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
                                               ("local", 1)]
     assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
-    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too,
-    # each after one probe step (the stand-in, no model) counted by optimizer step
+    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too
     assert schedule(2, 4, 2, paired=True, solo=True)[2:] == [
-        ("ddp", 2), ("ddp", 3), ("probe", 0), ("solo", 0), ("solo", 1), ("local", 0),
-        ("local", 1), ("ddp", 4), ("ddp", 5), ("probe", 1), ("solo", 2), ("solo", 3),
-        ("local", 2), ("local", 3)]
+        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("local", 0), ("local", 1),
+        ("ddp", 4), ("ddp", 5), ("solo", 2), ("solo", 3), ("local", 2), ("local", 3)]
     with pytest.raises(ValueError, match="paired"):
         schedule(1, 2, 1, paired=False, solo=True)
     # DDP rebuilds its buckets after the first synchronised backward with a broadcast over
     # every rank: that must happen in a DDP step, not in rank 0's solo one (a hang)
     with pytest.raises(ValueError, match="warm-up"):
         schedule(1, 4, 2, paired=True, solo=True)
-
-
-def test_a_probe_step_keeps_its_place_and_reads_nothing_on_gpus_or_alone(monkeypatch):
-    """A probe step is an empty place on the timeline (and in the losses) on every rank; its
-    stand-in runs only on CPU ranks of a launch of several (on a GPU the model computes on
-    the rank's own device, and the stand-in is host work), built at the first probe step."""
-    from types import SimpleNamespace
-
-    from swinkit.rank import ddp
-
-    built = []
-
-    class Turns:
-        def __init__(self, rank, world_size):
-            built.append((rank, world_size))
-            self.rounds = 0
-
-        def round(self):
-            self.rounds += 1
-
-    monkeypatch.setattr(ddp, "StandInTurns", Turns)
-    begun = []
-    run = SimpleNamespace(cuda=True, losses=[],
-                          timeline=SimpleNamespace(begin=lambda: begun.append(1)))
-    assert ddp._probe(run, SimpleNamespace(rank=0, world_size=2), None) is None  # a GPU
-    run.cuda = False
-    assert ddp._probe(run, SimpleNamespace(rank=0, world_size=1), None) is None  # alone
-    assert built == [] and len(begun) == len(run.losses) == 2
-    turns = ddp._probe(run, SimpleNamespace(rank=1, world_size=2), None)
-    assert ddp._probe(run, SimpleNamespace(rank=1, world_size=2), turns) is turns
-    assert built == [(1, 2)] and turns.rounds == 2 and len(run.losses) == 4
 
 
 def test_time_between_end_and_begin_belongs_to_no_iteration():
@@ -548,10 +515,6 @@ def test_solo_steps_run_each_rank_alone_in_turn_between_the_paired_steps(no_orph
     assert zero["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
     assert zero["local"]["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
     assert zero["solo"]["injected_s"]["compute"] == [0.0] * 2
-    for rank in (zero, one):  # a round of the stand-in after each of the 4 DDP steps
-        assert len(rank["probe"]["alone_s"]) == len(rank["probe"]["together_s"]) == 4
-        assert min(rank["probe"]["alone_s"] + rank["probe"]["together_s"]) > 0
-    assert out["probe_slowdown"] > 0
     run1 = out["solo_run"]
     assert run1["world_size"] == 1 and [r["rank"] for r in run1["ranks"]] == [0, 1]
     assert run1["in_place"]

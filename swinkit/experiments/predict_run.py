@@ -192,9 +192,8 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
     against the DDP steps. Runs at 1 and N' in separate launches are a minute apart, and
     this host's speed wanders by more than 5 % over that (docs: 'Longer runs do not lower
-    the floor'); interleaved, both meet the same moments. So does the stand-in's compute
-    slowdown: the launch's probe steps read it between its steps (:func:`_read_in_launch`).
-    The prediction is computed after the launch, from nothing of its steps at N'."""
+    the floor'); interleaved, both meet the same moments. The prediction is computed after
+    the launch, from nothing of its steps at N'."""
     row = {"launch": k + 1, "measured_from": {}, "targets": {}, "same_launch": True,
            "load_average": os.getloadavg()[0],
            "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in averaged},
@@ -205,12 +204,9 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
         spec = specs[ws]  # with its solo steps
         run = run_ddp(spec, progress=progress)
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
-        read = _read_in_launch(target, run.get("probe_slowdown"))
-        pred = predict_one(basis, t1, read, injection.for_world_size(ws))
-        pred["stand_in_slowdown"] = {"before_launch": target.compute_slowdown,
-                                     "in_launch": run.get("probe_slowdown")}
+        pred = predict_one(basis, t1, target, injection.for_world_size(ws))
         score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
-        _explain_miss(pred, basis, read, costs(run["local_run"]), run["iter_s"], None,
+        _explain_miss(pred, basis, target, costs(run["local_run"]), run["iter_s"], None,
                       spec.injection)
         row["targets"][ws] = pred
         # the row's T(1) and basis: the first target's launch (each prediction has its own)
@@ -218,20 +214,6 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
         row.setdefault("basis", basis)
         row.setdefault("t1_s", t1)
     return row
-
-
-def _read_in_launch(target: Target, reading: float | None) -> Target:
-    """The timings at N' with the stand-in's compute slowdown that the launch's own probe steps
-    read (between its DDP and solo steps, no model; :func:`swinkit.rank.step_switch.schedule`)
-    in place of the pooled readings made before it: the host's sharing read at the moments
-    the run's own steps ran. ``target`` as it is where nothing was read (GPUs)."""
-    if reading is None:
-        return target
-    before = target.compute_slowdown
-    note = (f"the stand-in's compute slowdown read between this launch's own steps: "
-            f"x{reading:.3f} (the timings before the launch read "
-            + (f"x{before:.3f})" if before is not None else "none)"))
-    return dataclasses.replace(target, compute_slowdown=reading, notes=target.notes + [note])
 
 
 def _explain_miss(pred: dict, basis: dict, target: Target, paired: dict | None,

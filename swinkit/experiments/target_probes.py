@@ -12,7 +12,6 @@ import statistics
 from swinkit.attribution.rank_profiles import median_profile
 from swinkit.experiments.contention_probe import proxy_contention
 from swinkit.rank.devices import rank_device
-from swinkit.rank.stand_in import StandInTurns, swin_block_work
 
 
 def _rank_mean(value: float, device) -> float:
@@ -79,19 +78,67 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
             if rank.world_size > 1 else {}}
 
 
+def swin_block_work(images: int):
+    """A function doing a Swin block's kinds of work on ``images`` images of 1024 tokens in
+    windows of 8 x 8 (layer norm, MLP matmuls, GELU, attention softmax within each window),
+    one thread, no gradients: the stand-in for the model's compute."""
+    import torch
+
+    x = torch.randn(images * 16, 64, 128)
+    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
+    norm = torch.nn.LayerNorm(128)
+
+    def work() -> None:
+        with torch.no_grad():
+            h = torch.nn.functional.gelu(norm(x) @ up) @ down
+            (h @ h.transpose(1, 2)).softmax(-1)
+    return work
+
+
 def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> float:
     """How much slower a stand-in for the model's compute runs with every rank running it at
-    once than with each rank alone (the others waiting): the host's shared cores, caches and
-    memory bandwidth, which no timing of one rank shows (:class:`StandInTurns`, ``reps``
-    rounds interleaved, so that a drift of the host's speed cancels). The ranks' mean of each
-    one's median ratio; 1 at one rank, and 1 on GPUs: there the model computes on each rank's
-    own device, and this stand-in is host work."""
+    once than with each rank alone (the others waiting at a barrier): the host's shared cores,
+    caches and memory bandwidth, which no timing of one rank shows. The stand-in is a Swin
+    block's kinds of work (layer norm, MLP matmuls, GELU, attention softmax within windows of
+    64 tokens, as Swin attends) over a working set larger than a core's caches, one thread;
+    fixed work, not the model. (Attention over all 1024 tokens at once, a 32 MB score matrix,
+    read the sharing twice as unsteadily from call to call: sd 0.068 against 0.031 in 8 calls
+    each, interleaved, at 2 ranks on a 2-core host.) The ranks' mean of each one's median
+    ratio; 1 at one rank, and 1 on GPUs: there the model computes on each rank's own device,
+    and this stand-in is host work."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
     if world_size == 1 or device.type == "cuda":
         return 1.0
-    turns = StandInTurns(rank, world_size)
-    for _ in range(reps):
-        turns.round()
-    return _rank_mean(turns.ratio(), device)
+    work = swin_block_work(images=8)
+
+    def block() -> float:
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    block()  # warm: allocations, the first call's dispatch
+    # the others sleep through a rank's turn alone: waiting in a collective is not idle (the
+    # wait polls), and it would slow the turn it is meant to leave alone
+    # one length for every rank's sleep: the slowest rank's estimate (a sleeper that woke
+    # early would poll in the barrier through the turn)
+    longest = torch.tensor([3 * max(block() for _ in range(2))], dtype=torch.float64)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    turn_s = float(longest)
+    alone, together = [], []
+    for _ in range(reps):  # interleaved, so that a drift of the host's speed cancels
+        for turn in range(world_size):
+            dist.barrier()
+            if turn == rank:
+                alone.append(block())
+            else:
+                time.sleep(turn_s)
+        dist.barrier()
+        together.append(block())
+    return _rank_mean(statistics.median(together) / statistics.median(alone), device)
 
 
 def lockstep_wait(world_size: int, device, reps: int = 60, work: int = 12) -> float:

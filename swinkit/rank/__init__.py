@@ -7,7 +7,6 @@ they put on their timeline. Nothing here launches a process or reads another ran
     ddp_setup.py          what a DDP rank builds before its loop
     step_switch.py        a paired launch: DDP and local steps of one model in one launch
     meet.py               local steps that meet where DDP would hold the ranks
-    stand_in.py           a stand-in for the model's compute, each rank alone and all at once
     rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop
     inject.py             known costs put into a rank (data, forward, comm)
     delays.py             delays that occupy the device and measure what they took

@@ -34,7 +34,6 @@ from swinkit.rank.delays import GATE, per_iteration
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.step_switch import schedule, solo_rank, sync_batch_norms
 from swinkit.rank.skeleton import Window, cuda_peaks, identity, timeline_fields
-from swinkit.rank.stand_in import StandInTurns
 from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
 
 
@@ -109,8 +108,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             inside this launch (``result["solo"]``, each rank's own, as ``"local"``): a run at
             1 in each rank's place that shares the host's speed of the moment with the DDP
             steps beside it. No injection reaches them (the run a prediction starts from is
-            clean). And after each DDP step a probe step (no model): one round of the
-            stand-in for its compute, alone in turn and all at once (``result["probe"]``).
+            clean).
     """
     # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
     # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
@@ -126,13 +124,12 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     order = schedule(warmup, iters, options.grad_accum, paired, solo)
     switch = run.buckets.launcher if paired else None
     window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
-    turns = None  # the stand-in's rounds of the probe steps (built at the first)
     with out_of_memory_named(rank.rank, run.cfg):
         for n, (kind, it) in enumerate(order):
             if n == warmup:
                 window.start()
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
-            GATE.on = injection.on_iteration(it) and kind not in ("solo", "probe")
+            GATE.on = injection.on_iteration(it) and kind != "solo"
             GATE.iteration = n  # what each measured injection is filed under
             run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
             if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
@@ -150,9 +147,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             if switch and run.meet:
                 run.meet.on = kind == "local"  # alone, a rank meets nobody
             run.starts.append(time.perf_counter())
-            if kind == "probe":
-                turns = _probe(run, rank, turns)
-            elif kind == "solo" and rank.rank != solo_rank(it, options.grad_accum, rank.world_size):
+            if kind == "solo" and rank.rank != solo_rank(it, options.grad_accum, rank.world_size):
                 _rest(run)
             else:
                 _step(run, it)
@@ -195,9 +190,6 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                             "loss": [float(run.losses[n]) for n in its],
                             "injected_s": {name: per_iteration(m, its)
                                            for name, m in measured.items()}}
-    if turns is not None:  # this rank's stand-in alone and together, round by round
-        result["probe"] = {"alone_s": turns.alone, "together_s": turns.together,
-                           "ratio": turns.ratio()}
     if load is not None:
         result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
                                                       for it in resolved[len(order):]],
@@ -210,19 +202,6 @@ def _rest(run: RankRun) -> None:
     losses), so that every rank's n-th record is the n-th step of the schedule."""
     run.timeline.begin()
     run.losses.append(torch.zeros(()))
-
-
-def _probe(run: RankRun, rank, turns: StandInTurns | None) -> StandInTurns | None:
-    """A probe step: an empty place on the timeline, as :func:`_rest`, and one round of the
-    stand-in (each rank alone in turn, then all at once), ``turns`` built at the first. None
-    alone and on GPUs, where the model computes on each rank's own device and the stand-in is
-    host work (as :func:`swinkit.experiments.target_probes.stand_in_slowdown`)."""
-    _rest(run)
-    if run.cuda or rank.world_size == 1:
-        return None
-    turns = turns or StandInTurns(rank.rank, rank.world_size)
-    turns.round()
-    return turns
 
 
 def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20) -> None:

@@ -96,15 +96,11 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     ranks taking turns (:func:`solo_rank`), the others idle (world size 1 inside the launch,
     :func:`swinkit.rank.ddp.ddp_rank`). Not before a DDP step: a rank that idled a step starts
     the next one slower (its caches went to the rank that ran), and the DDP steps are the ones
-    scored. With ``solo``, each DDP step is followed by one "probe" (no model: a round of the
-    stand-in for its compute, each rank alone in turn and then all at once,
-    :class:`swinkit.rank.stand_in.StandInTurns`): the host's sharing read at the launch's own
-    moments for the prediction the solo steps start. The index counts iterations of its kind
-    (it decides which micro-batch synchronises); a probe's counts optimizer steps.
+    scored. The index counts iterations of its kind (it decides which micro-batch
+    synchronises).
 
     >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
-    [('ddp', 0), ('ddp', 1), ('probe', 0), ('solo', 0), ('local', 0), ('ddp', 2), ('probe', 1),
-     ('solo', 1), ('local', 1)]
+    [('ddp', 0), ('ddp', 1), ('solo', 0), ('local', 0), ('ddp', 2), ('solo', 1), ('local', 1)]
     """
     if solo and not paired:
         raise ValueError("solo steps run in a paired launch only")
@@ -117,7 +113,6 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
-        out += [("probe", step)] if solo else []
         for kind in kinds:
             out += [(kind, first + p) for p in range(grad_accum)]
     return out

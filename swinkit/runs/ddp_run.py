@@ -182,10 +182,6 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
     if spec.solo:
         out["solo_run"] = _solo_run(out, ranks, spec.ddp.grad_accum)
-        # the probe steps' compute slowdown: the ranks' mean of each one's reading (as the
-        # timings before the launch read it); None where no rank probed (on GPUs)
-        ratios = [r["probe"]["ratio"] for r in ranks if r.get("probe")]
-        out["probe_slowdown"] = statistics.fmean(ratios) if ratios else None
     return out
 
 
