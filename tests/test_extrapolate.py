@@ -393,6 +393,21 @@ def test_an_injection_the_run_predicted_from_had_is_not_added_again():
         "predicted_iter_s"] == pytest.approx(1.2)
 
 
+def test_an_injection_is_taken_off_every_place_of_a_basis_made_in_place():
+    """A basis of world size 1 made in each place of a launch of 2 (each rank alone in turn)
+    where rank 1's turns held a 200 ms forward (``ranks=1`` of that launch): predicted at 2
+    with no injection there, both ranks are clean, 1.0 s. Taking it off rank 0 alone (the
+    ranks of world size 1) leaves rank 1 at 1.2 s, and the prediction waits for it: 1.2 s."""
+    from swinkit.experiments.predict_run import predict_one
+    from swinkit.injection import Injection
+
+    basis = _one_second_basis(2, injected=(0.0, 0.2))
+    basis["costs"].update(world_size=1, in_place=True)
+    straggler = Injection(compute_ms=200, ranks=(1,))
+    clean = predict_one(basis, 1.0, Target(2, [0.0], sync_wait_s=0.0), None, straggler)
+    assert clean["predicted_iter_s"] == pytest.approx(1.0)
+
+
 def test_the_injection_taken_off_is_each_ranks_own_and_not_scaled_by_the_sharing():
     """From 2 ranks where rank 1 held a 300 ms forward (``ranks=1``), to 4: only rank 1 is
     slow at 4, so 1.3 s; the ranks' median (0.15 s on both) would give 1.15 s, and samples

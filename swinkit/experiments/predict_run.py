@@ -47,12 +47,16 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     the largest "from" run) with the baselines and the model with its network term dropped
     beside it. ``injection``: what the run at the target is known to add (a straggler there),
     taken into the model's replay; the naive predictions know nothing of it.
-    ``basis_injection``: the one the run predicted from had (in its timings already). A
+    ``basis_injection``: the one the run predicted from had (in its timings already; for a
+    basis made in place, the launch's, as each rank's turns alone held it). A
     slower link (``comm_scale``) is not taken here: :func:`measure_target` times it."""
     c, host = basis["costs"], Host(**basis["host"])
     injection, basis_injection = without_link(injection), without_link(basis_injection)
     check_held_out(basis_injection, [])
-    held = injected_costs(basis_injection, c["world_size"], host)[0]
+    # every rank the basis holds: its N0 ranks, or each rank of the launch a basis made in
+    # place ran alone in (world size 1 in each of their places)
+    places = max(r["rank"] for r in c["ranks"]) + 1
+    held = injected_costs(basis_injection, places, host)[0]
     if held:  # the run as if clean: the target's injection is added whole
         c = without_injection(c, held)
     injected, delay = injected_costs(injection, target.world_size, host)
