@@ -319,6 +319,18 @@ def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_t
     narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, compute_slowdown=1.8),
                         Host(cores=2))
     assert narrow["predicted_iter_s"] == pytest.approx(2.0)
+    # the model's own step read beside the stand-in (x1.1) is taken in place of the
+    # stand-in's reading (x1.5): 1.1 s, not 1.5 and not 1.65; both named in the assumptions
+    own = predict_at(costs, Target(2, [0.0], sync_wait_s=0.0, compute_slowdown=1.5,
+                                   model_slowdown=1.1), Host(cores=64))
+    assert own["predicted_iter_s"] == pytest.approx(1.1)
+    assert own["components_s"]["backward"] == pytest.approx(0.55)
+    assert any("model's own step" in a and "x1.100" in a and "x1.500" in a
+               for a in own["assumptions"])
+    # and, as the stand-in's, only where it exceeds an overcommit (4 ranks on 2 cores: x2)
+    narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, model_slowdown=1.1),
+                        Host(cores=2))
+    assert narrow["predicted_iter_s"] == pytest.approx(2.0)
 
 
 def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
@@ -549,16 +561,20 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     """With ``same_launch`` each launch is the timings at 2 and then one launch of 2 with solo
     steps: no separate run at 1. The prediction is made from that launch's solo steps (the
     basis of "solo_run", T(1) its iteration 1.0 s, then 1.5 s) and scored against its DDP
-    steps (2.0 s), the paired oracle from its local steps."""
+    steps (2.0 s), the paired oracle from its local steps. The first launch read the model's
+    step beside the stand-in (x1.07): its prediction takes that; the second read none (as on
+    GPUs) and keeps the stand-in's."""
     from swinkit.experiments import predict_run
 
     events, t1s, scored = [], iter([1.0, 1.5]), []
+    besides = iter([{"ratio": 1.07, "per_rank": [1.05, 1.09]}, None])
 
     def run_ddp(spec, progress):
         events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else "")
                       + (" solo" if spec.solo else ""))
         solo = {"per_batch_s": next(t1s)} if spec.solo else None
-        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo}
+        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo,
+                "beside_slowdown": next(besides) if spec.solo else None}
 
     def measure_target(preset, ws, basis, progress, comm_scale=1.0):
         events.append(f"timings at {ws}")
@@ -566,7 +582,7 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
 
     def predict_one(basis, t1, target, injection):
         events.append(f"prediction from {basis['part']}")
-        return {"t1_s": t1}
+        return {"t1_s": t1, "model_slowdown": target.model_slowdown}
 
     monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
     monkeypatch.setattr(predict_run, "measure_target", measure_target)
@@ -587,6 +603,8 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
     assert len(out["launches"][0]["timed_earlier"][2]) == 1
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
+    assert [row["targets"][2]["model_slowdown"] for row in out["launches"]] == [1.07, None]
+    assert out["launches"][0]["targets"][2]["beside_slowdown"]["per_rank"] == [1.05, 1.09]
     assert scored == [(2.0, "the local steps")] * 2 and out["same_launch"]
     for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
         with pytest.raises(ValueError, match="--same-launch"):

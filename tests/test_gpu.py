@@ -194,7 +194,8 @@ def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
     """A paired launch over NCCL on every GPU with solo steps (``--same-launch``'s run at 1):
     each rank's steps alone over its group of one in turn (6 solo steps shared out by
     :func:`~swinkit.rank.step_switch.solo_rank`), its timeline on CUDA events, the others
-    idle at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time."""
+    idle at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time; no
+    beside steps (the stand-in is host work, the model's compute the GPU's)."""
     import dataclasses
 
     from swinkit.experiments.predict_run import _paired
@@ -213,7 +214,9 @@ def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
               for a, b in zip(r["iteration"], r["loop_iteration"])]
     ok = (counts == [turns.count(r) for r in range(GPUS)] and sum(counts) == iters
           and basis["costs"]["world_size"] == 1 and len(basis["costs"]["ranks"]) == GPUS
-          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1)
+          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1
+          # no beside steps on GPUs: the stand-in is host work (runs_beside)
+          and not any("beside" in r for r in run["ranks"]) and "beside_slowdown" not in run)
     assert row(f"solo steps on each of {GPUS} GPUs in turn (NCCL)",
                f"T(1) {run['solo_run']['per_batch_s'] * 1e3:.1f} ms, DDP at {GPUS} "
                f"{run['iter_s'] * 1e3:.1f} ms; solo steps per rank {counts}; clocks within "

@@ -288,8 +288,9 @@ def test_held_out_run_on_the_test_preset(tmp_path):
 
 @pytest.mark.slow
 def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
-    """--same-launch: the run at 1 made inside the launch at 2 (each rank alone in turn),
-    the prediction from it scored against the DDP steps beside it; no figure asserted. The
+    """--same-launch: the run at 1 made inside the launch at 2 (each rank alone in turn, and
+    beside the other running the stand-in), the prediction from it scored against the DDP
+    steps beside it; no figure asserted. The
     basis holds both ranks alone, so the prediction took the wait in the model's rhythm
     beyond the slowest rank's own work, which is never above the ranks' whole wait (the
     slowest rank's median work is at least any rank's)."""
@@ -310,3 +311,9 @@ def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
         sum(t["iteration_jitter_s"] for t in timings) / 2)
     assert "each rank alone in turn" in out.stdout
     assert "world size 2, accuracy per launch" in out.stdout
+    # each rank's model step beside the other running the stand-in, over its solo step: the
+    # compute slowdown taken (the larger of it and the overcommit, which is 1 or more)
+    beside = two["beside_slowdown"]
+    assert len(beside["per_rank"]) == 2 and all(r > 0 for r in beside["per_rank"])
+    assert two["compute_slowdown"] == max(beside["ratio"], two["core_slowdown"])
+    assert any("the model's own step" in a for a in two["assumptions"])

@@ -390,6 +390,52 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     # every rank: that must happen in a DDP step, not in rank 0's solo one (a hang)
     with pytest.raises(ValueError, match="warm-up"):
         schedule(1, 4, 2, paired=True, solo=True)
+    # beside steps: the solo step's rank again, before the local steps, whole steps too
+    assert schedule(2, 2, 2, paired=True, solo=True, beside=True)[2:] == [
+        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("beside", 0), ("beside", 1),
+        ("local", 0), ("local", 1)]
+    with pytest.raises(ValueError, match="solo"):
+        schedule(1, 2, 1, paired=True, beside=True)
+
+
+def test_a_neighbour_runs_the_stand_in_until_the_turn_is_over():
+    """:func:`busy_until` runs its work until the handle completes, then waits on it: a
+    handle done after 3 polls leaves 3 blocks run and one wait; one done at once, none."""
+    from swinkit.rank.stand_in import busy_until
+
+    class Handle:
+        def __init__(self, polls):
+            self.polls, self.waited = polls, 0
+
+        def is_completed(self):
+            self.polls -= 1
+            return self.polls < 0
+
+        def wait(self):
+            self.waited += 1
+    ran = []
+    late, early = Handle(3), Handle(0)
+    assert busy_until(late, lambda: ran.append(1)) == 3 and len(ran) == 3 and late.waited == 1
+    assert busy_until(early, lambda: ran.append(1)) == 0 and len(ran) == 3 and early.waited == 1
+
+
+@pytest.mark.slow
+def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(no_orphans):
+    """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 2 optimizer
+    steps, one rank's turn each (rank 0, then rank 1), so each rank has 2 solo and 2 beside
+    iterations of its own, and ran the stand-in beside the other's turn (the barriers match:
+    no hang); the ratio is per rank of its own steps."""
+    from swinkit.ddp_options import DDPOptions
+    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
+    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True, solo=True,
+                      ddp=DDPOptions(grad_accum=2))
+    out = run_ddp(spec, progress=lambda s: None)
+    for rank in out["ranks"]:
+        assert len(rank["solo"]["iteration"]) == 2 and len(rank["beside"]["iteration"]) == 2
+        assert rank["stand_in_blocks"] > 0
+        assert len(rank["timeline"]) == 6  # the DDP steps, warm-up included
+    ratio = out["beside_slowdown"]
+    assert len(ratio["per_rank"]) == 2 and all(r > 0 for r in ratio["per_rank"])
 
 
 def test_time_between_end_and_begin_belongs_to_no_iteration():

@@ -13,6 +13,7 @@
     neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
     extrapolate.py  the iteration at a world size not run (held out), from a smaller run
+    prediction_assumptions.py what a held-out prediction takes for granted, in words
     rank_profiles.py    a basis's ranks as the per-rank work at N' (median or each its own)
     order_statistics.py the slowest of n draws from measured samples (median, mean)
     held_out_scores.py  a held-out prediction scored: accuracy, worst launch, repeatability

@@ -42,6 +42,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
+from swinkit.attribution.prediction_assumptions import assumptions
 from swinkit.attribution.order_statistics import expected_max, median_max, median_max_each
 from swinkit.attribution.rank_profiles import in_place, rank_profiles, rank_samples
 
@@ -83,6 +84,10 @@ class Target:
     # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
     # (shared cores, caches, memory bandwidth), timed at N'; None: not timed
     compute_slowdown: float | None = None
+    # how much slower the model's own step ran, one rank at a time in the launch at N', with
+    # the other ranks running the stand-in than with them idle (its beside steps over its
+    # solo steps): the model's sensitivity to the sharing, taken in place of the stand-in's
+    model_slowdown: float | None = None
 
 
 def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> float:
@@ -166,7 +171,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # the stand-in timed at N' sees the host's sharing beyond its cores (caches, memory
     # bandwidth) as well as an overcommit of them: the larger of the two, not both (which
     # would count an overcommit twice); relative to one rank, so only from a basis at 1
-    timed = target.compute_slowdown if (target.compute_slowdown and n0 == 1) else 1.0
+    timed = (target.model_slowdown or target.compute_slowdown or 1.0) if n0 == 1 else 1.0
     slow = slowdown if slowdown is not None else max(over, timed)
     ratio = loading_ratio(costs, target, host)
     ranks = []
@@ -232,61 +237,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
             "expected_max_work_s": expected_max(samples, n) if samples else None,
             "bucket_comm_s": comm, "broadcast_s": replay_costs["broadcast_s"],
             "comm_source": target.source if network else "network term dropped",
-            "assumptions": assumptions(costs, target, host) + list(target.notes)}
-
-
-def assumptions(costs: dict, target: Target, host: Host) -> list[str]:
-    """What the prediction at ``target`` takes for granted, in words."""
-    n0 = costs["world_size"]
-    own = in_place(costs, target.world_size, target.ranks_per_node)
-    out = [
-        "per-rank compute is each rank's own local phases alone, world size 1 in its place "
-        "in the launch at N' (each rank ran alone in turn)"
-        if own else
-        f"per-rank compute is the median rank's local phases of the run at world size {n0} "
-        "(the largest measured), the same on every rank",
-        f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "
-        f"{host.loader_workers} loader worker(s) per rank; beyond the cores compute slows by "
-        "the overcommit (fluid sharing), gloo's threads not counted",
-        ("compute slows as a stand-in for it did, timed at N' with every rank at once "
-         f"against each alone (x{target.compute_slowdown:.2f}: caches, memory bandwidth), "
-         "where that exceeds the overcommit; the model's own sensitivity is not measured")
-        if (target.compute_slowdown and n0 == 1) else
-        "compute slows only by the overcommit of cores (no stand-in timed at N' from a basis "
-        "at world size 1)",
-        _wait_assumption(own, target),
-        f"communication: bucket all-reduces and buffer broadcast {target.source}",
-        ("contention between backward and all-reduce: the rates measured at world size "
-         f"{n0}") if n0 > 1 else (
-            "contention between backward and all-reduce: the rates timed at N' with fixed "
-            f"matmul work standing in for backward {target.contention}" if target.contention
-            else "contention between backward and all-reduce: none (one rank was run, and "
-                 "no rate was timed at N')"),
-        "SyncBN collectives: none (CPU presets; GPU presets at N > 1 need them timed at N')",
-    ]
-    ratio = loading_ratio(costs, target, host)
-    if target.supply_images_per_s is None:
-        out.append("loading: the measured data wait at the largest measured size, unchanged")
-    elif ratio is not None:
-        out.append("loading: the run's own data wait at world size 1, times how much slower "
-                   f"one loader ran with N' at once than alone, both timed at N' (x{ratio:.3f})")
-    else:
-        out.append("loading: the supply with N' loaders at once, measured at N'")
-    return out
-
-
-def _wait_assumption(own: bool, target: Target) -> str:
-    """How the wait for the slowest rank was predicted, in words."""
-    draws = ("each rank's own samples; the slowest-of-N' wait is the median of the maximum of "
-             "one draw per rank beyond the slowest rank's median" if own else "the measured "
-             "samples; the slowest-of-N' wait is the median of their maximum (order statistics)")
-    rhythm = ("beyond the slowest rank's own work (iteration_jitter_s)"
-              if own and target.iteration_jitter_s is not None else "(iteration_wait_s)")
-    return (f"per-rank, per-iteration times are independent draws from {draws}, or, if larger, "
-            f"the wait timed at N' with equal work on every rank: in the model's rhythm {rhythm} "
-            "where timed, else per sync point (sync_wait_s, which holds the timing launch's "
-            "own ranks' differences in speed too) times the sync points; where the ranks' "
-            "threads outnumber the cores (time-sliced, not independent) the timed wait alone")
+            "assumptions": assumptions(costs, target, host, ratio) + list(target.notes)}
 
 
 def efficiency(t1: float, tn: float) -> float:

@@ -194,7 +194,9 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     turns, world size 1 in each rank's place inside the launch
     (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps (the
     basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
-    against the DDP steps. Runs at 1 and N' in separate launches are a minute apart, and
+    against the DDP steps. On CPU the compute slowdown by the host's sharing is the model's
+    own: each solo step is followed by the same rank's step with the others running the
+    stand-in, not the model (``beside_slowdown``), taken in place of the stand-in's reading. Runs at 1 and N' in separate launches are a minute apart, and
     this host's speed wanders by more than 5 % over that (docs: 'Longer runs do not lower
     the floor'); interleaved, both meet the same moments. The prediction is computed after
     the launch, from nothing of its steps at N'."""
@@ -208,7 +210,11 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
         spec = specs[ws]  # with its solo steps
         run = run_ddp(spec, progress=progress)
         basis, t1 = basis_of(run, "solo_run"), run["solo_run"]["per_batch_s"]
+        beside = run.get("beside_slowdown")  # on CPU: the model's own step beside the stand-in
+        if beside:
+            target = dataclasses.replace(target, model_slowdown=beside["ratio"])
         pred = predict_one(basis, t1, target, injection.for_world_size(ws))
+        pred["beside_slowdown"] = beside
         score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
         _explain_miss(pred, basis, target, costs(run["local_run"]), run["iter_s"], None,
                       spec.injection)

@@ -12,6 +12,7 @@ import statistics
 from swinkit.attribution.rank_profiles import median_profile
 from swinkit.experiments.contention_probe import proxy_contention
 from swinkit.rank.devices import rank_device
+from swinkit.rank.stand_in import swin_block_work
 
 
 def _rank_mean(value: float, device) -> float:
@@ -76,23 +77,6 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
-
-
-def swin_block_work(images: int):
-    """A function doing a Swin block's kinds of work on ``images`` images of 1024 tokens in
-    windows of 8 x 8 (layer norm, MLP matmuls, GELU, attention softmax within each window),
-    one thread, no gradients: the stand-in for the model's compute."""
-    import torch
-
-    x = torch.randn(images * 16, 64, 128)
-    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
-    norm = torch.nn.LayerNorm(128)
-
-    def work() -> None:
-        with torch.no_grad():
-            h = torch.nn.functional.gelu(norm(x) @ up) @ down
-            (h @ h.transpose(1, 2)).softmax(-1)
-    return work
 
 
 def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> float:

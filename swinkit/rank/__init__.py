@@ -6,6 +6,7 @@ they put on their timeline. Nothing here launches a process or reads another ran
     ddp.py                the instrumented DDP iteration (the loop)
     ddp_setup.py          what a DDP rank builds before its loop
     step_switch.py        a paired launch: DDP and local steps of one model in one launch
+    stand_in.py           a Swin block's kinds of work standing in for the model's compute
     meet.py               local steps that meet where DDP would hold the ranks
     rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop
     inject.py             known costs put into a rank (data, forward, comm)

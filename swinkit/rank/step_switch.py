@@ -88,7 +88,7 @@ def sync_batch_norms(model) -> list:
 
 
 def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
-             solo: bool = False) -> list[tuple[str, int]]:
+             solo: bool = False, beside: bool = False) -> list[tuple[str, int]]:
     """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
     iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
     (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind;
@@ -96,26 +96,48 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     ranks taking turns (:func:`solo_rank`), the others idle (world size 1 inside the launch,
     :func:`swinkit.rank.ddp.ddp_rank`). Not before a DDP step: a rank that idled a step starts
     the next one slower (its caches went to the rank that ran), and the DDP steps are the ones
-    scored. The index counts iterations of its kind (it decides which micro-batch
-    synchronises).
+    scored. With ``beside`` (and ``solo``) a fourth kind follows each solo step: the same rank
+    runs its step again while the others run the stand-in for the model's compute
+    (:mod:`swinkit.rank.stand_in`), so that how much the model's own step slows beside busy
+    neighbours is read against its solo step (:func:`runs_beside`). The index counts
+    iterations of its kind (it decides which micro-batch synchronises).
 
     >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
     [('ddp', 0), ('ddp', 1), ('solo', 0), ('local', 0), ('ddp', 2), ('solo', 1), ('local', 1)]
+    >>> schedule(1, 1, 1, paired=True, solo=True, beside=True)  # doctest: +NORMALIZE_WHITESPACE
+    [('ddp', 0), ('ddp', 1), ('solo', 0), ('beside', 0), ('local', 0)]
     """
     if solo and not paired:
         raise ValueError("solo steps run in a paired launch only")
+    if beside and not solo:
+        raise ValueError("beside steps follow solo steps (solo=True)")
     if solo and warmup < grad_accum:  # DDP's bucket rebuild, a broadcast over every rank
         raise ValueError("solo steps need a warm-up of at least one optimizer step")
     if not paired:
         return [("main", i) for i in range(warmup + iters)]
     out = [("ddp", i) for i in range(warmup)]
-    kinds = ("solo", "local") if solo else ("local",)
+    kinds = ("local",)
+    if solo:
+        kinds = ("solo", "beside", "local") if beside else ("solo", "local")
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
         for kind in kinds:
             out += [(kind, first + p) for p in range(grad_accum)]
     return out
+
+
+def runs_beside(device: str) -> bool:
+    """Whether a launch with solo steps also runs beside steps on ``device`` (the model's).
+    On CPU the stand-in and the model share the host's cores, caches and memory bandwidth,
+    and the ratio of the model's beside steps to its solo steps is how much the host's
+    sharing slows the model itself. Not on GPUs: there each rank computes on its own device,
+    and the stand-in is host work (its own reading there is 1).
+
+    >>> runs_beside("cpu"), runs_beside("cuda"), runs_beside("cuda:1")
+    (True, False, False)
+    """
+    return not device.startswith("cuda")
 
 
 def solo_rank(index: int, grad_accum: int, world_size: int) -> int:

@@ -84,9 +84,10 @@ def held_out_lines(result: dict) -> list[str]:
 
 def sharing_lines(launches: list[dict]) -> list[str]:
     """Per target size, each launch's compute slowdown by the shared host as predicted with
-    (the stand-in averaged over the timings so far) beside the stand-in's own reading in
-    that launch: how much the averaging moved it. Only from a basis at 1: from more ranks the
-    stand-in is not used (the basis's own compute already shares the host)."""
+    beside the stand-in's own reading in that launch: how much the averaging (or, in a launch
+    that carries the run at 1, the model's own beside steps) moved it. Only from a basis at 1:
+    from more ranks the stand-in is not used (the basis's own compute already shares the
+    host)."""
     out = []
     sizes = launches[0]["targets"] if len(launches) > 1 else {}
     for ws in sizes:
@@ -97,11 +98,13 @@ def sharing_lines(launches: list[dict]) -> list[str]:
         if None in used or None in own:
             continue
         first = 1 + len((launches[0].get("timed_earlier") or {}).get(ws, []))
+        how = ("read from the model's own step in each launch, beside the stand-in against "
+               "alone" if all(row["targets"][ws].get("beside_slowdown") for row in launches)
+               else f"averaged over the timings so far, {first} before the first launch")
         out.append(f"compute slowed by the shared host at N={ws}, per launch: "
                    + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading at "
                    "each launch's last timing: " + ", ".join(f"x{x:.3f}" for x in own)
-                   + f"; averaged over the timings so far, {first} before the first launch, "
-                   "then the larger of it and the cores' overcommit)")
+                   + f"; {how}, then the larger of it and the cores' overcommit)")
     return out
 
 

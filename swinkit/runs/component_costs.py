@@ -47,7 +47,7 @@ def costs(run: dict) -> dict:
     warmup, k = run["warmup"], run["grad_accum"]
     comm = run["ranks"][0]["comm"]
     return {"world_size": run["world_size"], "grad_accum": k,
-            # solo steps: world size 1 in each of its ranks' places (ddp_run._solo_run)
+            # solo steps: world size 1 in each of its ranks' places (paired_parts.solo_run)
             "in_place": run.get("in_place", False),
             "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],

@@ -20,6 +20,8 @@ from swinkit.attribution.neighbours import injection_effect
 from swinkit.input_checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.phases import PHASES
+from swinkit.rank.step_switch import runs_beside
+from swinkit.runs.paired_parts import beside_slowdown, local_run, solo_run, step_times
 from swinkit.ddp_options import DDPOptions
 from swinkit.injection import Injection
 
@@ -49,7 +51,9 @@ class DDPRunSpec:
     paired: bool = False
     # with paired: one rank alone between each DDP and local step, the ranks taking turns, the
     # others idle (world size 1 in each rank's place in this launch, ``out["solo_run"]``; a
-    # held-out prediction's basis sharing the host's moment)
+    # held-out prediction's basis sharing the host's moment); on CPU each solo step is
+    # followed by the same rank's step beside the others running the stand-in
+    # (``out["beside_slowdown"]``: how much the host's sharing slows the model itself)
     solo: bool = False
 
     def launch_config(self) -> LaunchConfig:
@@ -141,7 +145,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   ddp_options=spec.ddp.to_dict(), local=spec.local)
     components = spec.local or spec.paired
     if components:
-        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired, solo=spec.solo)
+        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired, solo=spec.solo,
+                      beside=spec.solo and runs_beside(cfg.device))
     run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
                  quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
@@ -179,9 +184,11 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
     out["clock"] = _clock_summary(ranks)
     if spec.paired:
-        out["local_run"] = _local_run(out, ranks, spec.ddp.grad_accum)
+        out["local_run"] = local_run(out, ranks, spec.ddp.grad_accum)
     if spec.solo:
-        out["solo_run"] = _solo_run(out, ranks, spec.ddp.grad_accum)
+        out["solo_run"] = solo_run(out, ranks, spec.ddp.grad_accum)
+    if spec.solo and all("beside" in r for r in ranks if "solo" in r):
+        out["beside_slowdown"] = beside_slowdown(ranks)
     return out
 
 
@@ -200,51 +207,6 @@ def injected_measured(ranks: list[dict]) -> dict[str, float]:
             if seconds is not None:
                 calls.setdefault(name, []).append(seconds)
     return {name: statistics.median(v) for name, v in calls.items()}
-
-
-def _local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
-    """A paired run's local iterations in the shape of a ``local`` run's result (what
-    :func:`swinkit.runs.component_costs.costs` reads): no warm-up, the DDP ones warmed up."""
-    local_ranks = [{**{k: r[k] for k in ("rank", "comm", "contention") if k in r},
-                    **r["local"]} for r in ranks]
-    return {"world_size": out["world_size"], "warmup": 0, "grad_accum": grad_accum,
-            "ranks": local_ranks, "bucket_sizes_bytes": out["bucket_sizes_bytes"],
-            "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
-            **step_times(local_ranks, grad_accum)}
-
-
-def _solo_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
-    """The ranks' solo steps in the shape of a ``local`` run at world size 1, one "rank" per
-    rank that ran alone (``in_place``: each is world size 1 in that rank's place, its
-    process, memory and core as the DDP steps had them). Alone there is nothing to
-    communicate (the all-reduce and broadcast of one rank are no collective), so the
-    communication is zero; the buckets' payloads and dtype are the launch's. Its
-    ``per_batch_s`` (T(1)) is the ranks' median of each one's median step."""
-    comm = ranks[0]["comm"]
-    alone = {"bucket_s": [0.0] * len(comm["bucket_s"]), "broadcast_s": 0.0,
-             "sync_bn_s": {"forward": 0.0, "backward": 0.0},
-             "buffer_sync": comm.get("buffer_sync", True), "elements": comm["elements"],
-             "dtype": comm["dtype"]}
-    ranks = [{"rank": r["rank"], "comm": alone, **r["solo"]} for r in ranks if "solo" in r]
-    return {"world_size": 1, "in_place": True, "warmup": 0, "grad_accum": grad_accum,
-            "ranks": ranks,
-            "bucket_sizes_bytes": out["bucket_sizes_bytes"],
-            "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
-            **step_times(ranks, grad_accum)}
-
-
-def step_times(ranks: list[dict], grad_accum: int) -> dict:
-    """``step_s``: the median optimizer step (``grad_accum`` consecutive iterations summed,
-    median per rank, median across ranks); ``per_batch_s`` = step_s / grad_accum, comparable
-    with a run without accumulation (a median over iterations would pick the cheap no_sync
-    micro-batches and miss the all-reduce)."""
-    k = grad_accum
-    per_rank = []
-    for r in ranks:
-        it = r["iteration"]
-        per_rank.append(statistics.median(sum(it[i:i + k]) for i in range(0, len(it) - k + 1, k)))
-    step = statistics.median(per_rank)
-    return {"grad_accum": k, "step_s": step, "per_batch_s": step / k}
 
 
 def _clock_summary(ranks: list[dict]) -> dict:
