@@ -196,9 +196,10 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
     against the DDP steps. On CPU the compute slowdown by the host's sharing is the model's
     own: each solo step is followed by the same rank's step with the others running the
-    stand-in, not the model (``beside_slowdown``), taken in place of the stand-in's reading. Runs at 1 and N' in separate launches are a minute apart, and
-    this host's speed wanders by more than 5 % over that (docs: 'Longer runs do not lower
-    the floor'); interleaved, both meet the same moments. The prediction is computed after
+    stand-in, not the model (``beside_slowdown``), taken in place of the stand-in's
+    reading. Runs at 1 and N' in separate launches are a minute apart, and this host's
+    speed wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');
+    interleaved, both meet the same moments. The prediction is computed after
     the launch, from nothing of its steps at N'."""
     row = {"launch": k + 1, "measured_from": {}, "targets": {}, "same_launch": True,
            "load_average": os.getloadavg()[0],

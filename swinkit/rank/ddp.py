@@ -218,8 +218,8 @@ def _has_turn(step: tuple[str, int], rank, options: DDPOptions) -> bool:
 
 
 def _rest(run: RankRun) -> None:
-    """A solo step of another rank: nothing but an empty place on the timeline (and in the
-    losses), so that every rank's n-th record is the n-th step of the schedule."""
+    """A solo or beside step of another rank: nothing but an empty place on the timeline (and
+    in the losses), so that every rank's n-th record is the n-th step of the schedule."""
     run.timeline.begin()
     run.losses.append(torch.zeros(()))
 

@@ -144,9 +144,10 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
                   ddp_options=spec.ddp.to_dict(), local=spec.local)
     components = spec.local or spec.paired
+    beside = spec.solo and runs_beside(cfg.device)
     if components:
         kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired, solo=spec.solo,
-                      beside=spec.solo and runs_beside(cfg.device))
+                      beside=beside)
     run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
                  quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
@@ -187,7 +188,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         out["local_run"] = local_run(out, ranks, spec.ddp.grad_accum)
     if spec.solo:
         out["solo_run"] = solo_run(out, ranks, spec.ddp.grad_accum)
-    if spec.solo and all("beside" in r for r in ranks if "solo" in r):
+    if beside:
         out["beside_slowdown"] = beside_slowdown(ranks)
     return out
 
