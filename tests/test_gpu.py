@@ -14,7 +14,7 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * each injection read on its own phase, within bounds of the amount measured on the device;
 * a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
 * ``--same-launch``'s solo steps: each rank alone on its GPU in turn, the others idle at the
-  barrier;
+  barrier, and no beside steps (the stand-in beside them is host work);
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
   all-reduce on NCCL.

@@ -483,9 +483,13 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     for rank in out["ranks"]:
         assert len(rank["timeline"]) == 6 and len(rank["loss"]) == 4
         assert len(rank["local"]["timeline"]) == 4 and len(rank["local"]["iteration"]) == 4
-        # the barriers between the kinds are in no iteration, by either clock
-        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
-            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
+        # the barriers between the kinds are in no iteration, by either clock. A barrier left
+        # in would show in each of the 4 DDP steps that follow a kind change; one iteration
+        # apart is the host preempting the rank between the loop's clock read and the
+        # timeline's first mark (once 3.9 ms on a loaded 2-core CI host), so one may differ
+        apart = [(t, loop) for t, loop in zip(rank["iteration"], rank["loop_iteration"])
+                 if t != pytest.approx(loop, abs=0.003, rel=0.02)]
+        assert len(apart) <= 1, apart
         names = [[c["name"] for c in it["collectives"]] for it in rank["timeline"]]
         local_names = [[c["name"] for c in it["collectives"]] for it in rank["local"]["timeline"]]
         assert all("buffers" in n for n in names)             # the test preset has BN buffers
