@@ -419,6 +419,19 @@ def test_a_neighbour_runs_the_stand_in_until_the_turn_is_over():
     assert busy_until(early, lambda: ran.append(1)) == 0 and len(ran) == 3 and early.waited == 1
 
 
+def test_building_the_stand_in_leaves_the_models_random_stream_alone():
+    """A rank with beside steps builds the stand-in before its loop: the model's dropout and
+    drop path must draw what a rank without it draws."""
+    import torch
+
+    from swinkit.rank.stand_in import swin_block_work
+    torch.manual_seed(1)
+    without = torch.rand(3)
+    torch.manual_seed(1)
+    swin_block_work(images=1)
+    assert torch.equal(torch.rand(3), without)
+
+
 @pytest.mark.slow
 def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(no_orphans):
     """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 2 optimizer

@@ -105,8 +105,8 @@ def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> floa
         return time.perf_counter() - start
 
     block()  # warm: allocations, the first call's dispatch
-    # the others sleep through a rank's turn alone: waiting in a collective is not idle (the
-    # wait polls), and it would slow the turn it is meant to leave alone
+    # the others sleep through a rank's turn alone, so that nothing of theirs can slow it (a
+    # rank waiting in a gloo barrier measured idle too: see swinkit.rank.stand_in.busy_until)
     # one length for every rank's sleep: the slowest rank's estimate (a sleeper that woke
     # early would poll in the barrier through the turn)
     longest = torch.tensor([3 * max(block() for _ in range(2))], dtype=torch.float64)

@@ -11,11 +11,15 @@ from __future__ import annotations
 def swin_block_work(images: int):
     """A function doing a Swin block's kinds of work on ``images`` images of 1024 tokens in
     windows of 8 x 8 (layer norm, MLP matmuls, GELU, attention softmax within each window),
-    one thread, no gradients: the stand-in for the model's compute."""
+    one thread, no gradients: the stand-in for the model's compute. Its own random generator:
+    a rank that builds it beside the model leaves the model's random stream (dropout, drop
+    path) as a rank without it has it."""
     import torch
 
-    x = torch.randn(images * 16, 64, 128)
-    up, down = torch.randn(128, 512) / 12, torch.randn(512, 128) / 24
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(images * 16, 64, 128, generator=gen)
+    up = torch.randn(128, 512, generator=gen) / 12
+    down = torch.randn(512, 128, generator=gen) / 24
     norm = torch.nn.LayerNorm(128)
 
     def work() -> None:

@@ -189,7 +189,7 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     if spec.solo:
         out["solo_run"] = solo_run(out, ranks, spec.ddp.grad_accum)
     if beside:
-        out["beside_slowdown"] = beside_slowdown(ranks)
+        out["beside_slowdown"] = beside_slowdown(ranks, spec.ddp.grad_accum)
     return out
 
 

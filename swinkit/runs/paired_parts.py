@@ -55,20 +55,31 @@ def step_times(ranks: list[dict], grad_accum: int) -> dict:
     return {"grad_accum": k, "step_s": step, "per_batch_s": step / k}
 
 
-def beside_slowdown(ranks: list[dict]) -> dict:
+def beside_slowdown(ranks: list[dict], grad_accum: int = 1) -> dict:
     """How much slower each rank's compute ran in its beside steps (the other ranks running
-    the stand-in) than in its solo steps (the others idle): per rank the median beside step's
-    compute phases over the median solo step's, and the ranks' mean (``ratio``). Compute
-    only: the loading and waits of a step are predicted on their own.
+    the stand-in) than in its solo steps (the others idle): per rank the median beside
+    optimizer step's compute phases (``grad_accum`` consecutive iterations summed, as
+    :func:`step_times` does: a median over iterations would pick the no_sync micro-batches
+    and miss the optimizer) over the median solo step's, and the ranks' mean (``ratio``).
+    Compute only: the loading and waits of a step are predicted on their own.
 
     >>> it = lambda ms: {"marks": [["start", 0.0], ["data_wait", 0.5], ["forward", 0.5 + ms / 1e3]]}
     >>> beside_slowdown([{"solo": {"timeline": [it(100), it(100), it(300)]},
     ...                   "beside": {"timeline": [it(110), it(120), it(100)]}}])["ratio"]
     1.1
+    >>> # 2 micro-batches a step: solo steps 100+300 twice, beside 110+330 and 100+330: the
+    >>> # median step 435 over 400 ms (the median micro-batch would give 220 over 200: 1.1)
+    >>> round(beside_slowdown([{"solo": {"timeline": [it(100), it(300), it(100), it(300)]},
+    ...                         "beside": {"timeline": [it(110), it(330), it(100), it(330)]}}],
+    ...                       grad_accum=2)["ratio"], 6)
+    1.0875
     """
+    k = grad_accum
+
     def compute(timeline: list[dict]) -> float:
-        return statistics.median(sum(v for k, v in phase_durations(it).items()
-                                     if k in COMPUTE_PHASES) for it in timeline)
+        each = [sum(v for name, v in phase_durations(it).items() if name in COMPUTE_PHASES)
+                for it in timeline]
+        return statistics.median(sum(each[i:i + k]) for i in range(0, len(each) - k + 1, k))
     per_rank = [compute(r["beside"]["timeline"]) / compute(r["solo"]["timeline"])
                 for r in ranks if "solo" in r]
     return {"ratio": statistics.fmean(per_rank), "per_rank": per_rank}
