@@ -199,8 +199,8 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     stand-in, not the model (``beside_slowdown``), taken in place of the stand-in's
     reading. Runs at 1 and N' in separate launches are a minute apart, and this host's
     speed wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');
-    interleaved, both meet the same moments. The prediction is computed after
-    the launch, from nothing of its steps at N'."""
+    interleaved, both meet the same moments. The prediction is computed after the launch,
+    from nothing of its steps at N'."""
     row = {"launch": k + 1, "measured_from": {}, "targets": {}, "same_launch": True,
            "load_average": os.getloadavg()[0],
            "timed": {ws: dataclasses.asdict(history[ws][-1]) for ws in averaged},

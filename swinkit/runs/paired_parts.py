@@ -46,20 +46,26 @@ def step_times(ranks: list[dict], grad_accum: int) -> dict:
     median per rank, median across ranks); ``per_batch_s`` = step_s / grad_accum, comparable
     with a run without accumulation (a median over iterations would pick the cheap no_sync
     micro-batches and miss the all-reduce)."""
+    step = statistics.median(median_step(r["iteration"], grad_accum) for r in ranks)
+    return {"grad_accum": grad_accum, "step_s": step, "per_batch_s": step / grad_accum}
+
+
+def median_step(iterations: list[float], grad_accum: int) -> float:
+    """The median of ``grad_accum`` consecutive ``iterations`` summed (whole optimizer steps).
+
+    >>> median_step([1, 3, 1, 3, 2, 5], 2)
+    4
+    """
     k = grad_accum
-    per_rank = []
-    for r in ranks:
-        it = r["iteration"]
-        per_rank.append(statistics.median(sum(it[i:i + k]) for i in range(0, len(it) - k + 1, k)))
-    step = statistics.median(per_rank)
-    return {"grad_accum": k, "step_s": step, "per_batch_s": step / k}
+    return statistics.median(sum(iterations[i:i + k])
+                             for i in range(0, len(iterations) - k + 1, k))
 
 
 def beside_slowdown(ranks: list[dict], grad_accum: int = 1) -> dict:
     """How much slower each rank's compute ran in its beside steps (the other ranks running
     the stand-in) than in its solo steps (the others idle): per rank the median beside
     optimizer step's compute phases (``grad_accum`` consecutive iterations summed, as
-    :func:`step_times` does: a median over iterations would pick the no_sync micro-batches
+    :func:`median_step`: a median over iterations would pick the no_sync micro-batches
     and miss the optimizer) over the median solo step's, and the ranks' mean (``ratio``).
     Compute only: the loading and waits of a step are predicted on their own.
 
@@ -74,12 +80,9 @@ def beside_slowdown(ranks: list[dict], grad_accum: int = 1) -> dict:
     ...                       grad_accum=2)["ratio"], 6)
     1.0875
     """
-    k = grad_accum
-
     def compute(timeline: list[dict]) -> float:
-        each = [sum(v for name, v in phase_durations(it).items() if name in COMPUTE_PHASES)
-                for it in timeline]
-        return statistics.median(sum(each[i:i + k]) for i in range(0, len(each) - k + 1, k))
+        return median_step([sum(v for name, v in phase_durations(it).items()
+                                if name in COMPUTE_PHASES) for it in timeline], grad_accum)
     per_rank = [compute(r["beside"]["timeline"]) / compute(r["solo"]["timeline"])
                 for r in ranks if "solo" in r]
     return {"ratio": statistics.fmean(per_rank), "per_rank": per_rank}
