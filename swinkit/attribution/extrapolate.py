@@ -141,6 +141,27 @@ def injected_positions(positions: list[dict], extra: dict[str, float]) -> list[d
     return out
 
 
+def _at_target(position: dict, slow: float, target: Target, ratio: float | None,
+               load_s: float | None, host: Host) -> dict:
+    """One position of a rank's profile (its phases and bucket-ready times) as predicted at
+    the target: compute ``slow`` times slower, the data wait as the target's (stated), the
+    loader's ``ratio`` of the measured one, or from the supply's ``load_s`` per batch."""
+    ph = dict(position["phases_s"])
+    compute = sum(ph[k] for k in COMPUTE_PHASES if k in ph) * slow
+    for k in COMPUTE_PHASES:
+        if k in ph:
+            ph[k] *= slow
+    if target.data_wait_s is not None:
+        ph["data_wait"] = target.data_wait_s
+    elif ratio is not None:
+        ph["data_wait"] *= ratio
+    elif load_s is not None:
+        # no workers: the rank loads itself; with workers only the excess over compute
+        stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
+        ph["data_wait"] = stall if not host.loader_workers else max(ph["data_wait"], stall)
+    return {"phases_s": ph, "bucket_ready_s": [t * slow for t in position["bucket_ready_s"]]}
+
+
 def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
                injected: dict[int, dict[str, float]] | None = None,
                launch_delay_s: dict[int, float] | None = None,
@@ -174,26 +195,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     timed = (target.model_slowdown or target.compute_slowdown or 1.0) if n0 == 1 else 1.0
     slow = slowdown if slowdown is not None else max(over, timed)
     ratio = loading_ratio(costs, target, host)
-    ranks = []
-    for profile in profiles:
-        positions = []
-        for p in profile:
-            ph = dict(p["phases_s"])
-            compute = sum(ph[k] for k in COMPUTE_PHASES if k in ph) * slow
-            for k in COMPUTE_PHASES:
-                if k in ph:
-                    ph[k] *= slow
-            if target.data_wait_s is not None:
-                ph["data_wait"] = target.data_wait_s
-            elif ratio is not None:
-                ph["data_wait"] *= ratio
-            elif load_s is not None:
-                # no workers: the rank loads itself; with workers only the excess over compute
-                stall = load_s if host.loader_workers == 0 else max(load_s - compute, 0.0)
-                ph["data_wait"] = stall if not host.loader_workers else max(ph["data_wait"], stall)
-            positions.append({"phases_s": ph,
-                              "bucket_ready_s": [t * slow for t in p["bucket_ready_s"]]})
-        ranks.append(positions)
+    ranks = [[_at_target(p, slow, target, ratio, load_s, host) for p in profile]
+             for profile in profiles]
     comm = list(target.bucket_comm_s) if network else [0.0] * len(target.bucket_comm_s)
     replay_costs = {
         "world_size": n, "grad_accum": costs["grad_accum"],
