@@ -394,6 +394,13 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     assert schedule(2, 2, 2, paired=True, solo=True, beside=True)[2:] == [
         ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("beside", 0), ("beside", 1),
         ("local", 0), ("local", 1)]
+    # with 2 ranks taking turns, each rank's second turn (optimizer steps 2 and 3) runs its
+    # beside step first, so neither kind always starts warm from the other
+    kinds = [k for k, _ in schedule(2, 8, 2, paired=True, solo=True, beside=True,
+                                    world_size=2)[2:]]
+    turns = [kinds[i:i + 8:2] for i in range(0, len(kinds), 8)]  # one per optimizer step
+    assert turns == [["ddp", "solo", "beside", "local"], ["ddp", "solo", "beside", "local"],
+                     ["ddp", "beside", "solo", "local"], ["ddp", "beside", "solo", "local"]]
     with pytest.raises(ValueError, match="solo"):
         schedule(1, 2, 1, paired=True, beside=True)
 
@@ -434,19 +441,20 @@ def test_building_the_stand_in_leaves_the_models_random_stream_alone():
 
 @pytest.mark.slow
 def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(no_orphans):
-    """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 2 optimizer
-    steps, one rank's turn each (rank 0, then rank 1), so each rank has 2 solo and 2 beside
-    iterations of its own, and ran the stand-in beside the other's turn (the barriers match:
-    no hang); the ratio is per rank of its own steps."""
+    """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 4 optimizer
+    steps, the ranks' turns 0, 1, 0, 1, the second two with the beside step before the solo
+    one, so each rank has 4 solo and 4 beside iterations of its own, and ran the stand-in
+    beside the other's turns (the barriers match in both orders: no hang); the ratio is per
+    rank of its own steps."""
     from swinkit.ddp_options import DDPOptions
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True, solo=True,
+    spec = DDPRunSpec(preset="test", world_size=2, iters=8, warmup=2, paired=True, solo=True,
                       ddp=DDPOptions(grad_accum=2))
     out = run_ddp(spec, progress=lambda s: None)
     for rank in out["ranks"]:
-        assert len(rank["solo"]["iteration"]) == 2 and len(rank["beside"]["iteration"]) == 2
+        assert len(rank["solo"]["iteration"]) == 4 and len(rank["beside"]["iteration"]) == 4
         assert rank["stand_in_blocks"] > 0
-        assert len(rank["timeline"]) == 6  # the DDP steps, warm-up included
+        assert len(rank["timeline"]) == 10  # the DDP steps, warm-up included
     ratio = out["beside_slowdown"]
     assert len(ratio["per_rank"]) == 2 and all(r > 0 for r in ratio["per_rank"])
 

@@ -195,7 +195,7 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
     (:func:`swinkit.rank.step_switch.schedule`). N' is predicted from the solo steps (the
     basis at 1, each rank its own, and T(1)) and the timings at N' only, then scored
     against the DDP steps. On CPU the compute slowdown by the host's sharing is the model's
-    own: each solo step is followed by the same rank's step with the others running the
+    own: beside each solo step the same rank runs its step with the others running the
     stand-in, not the model (``beside_slowdown``), taken in place of the stand-in's
     reading. Runs at 1 and N' in separate launches are a minute apart, and this host's
     speed wanders by more than 5 % over that (docs: 'Longer runs do not lower the floor');

@@ -111,8 +111,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             1 in each rank's place that shares the host's speed of the moment with the DDP
             steps beside it. No injection reaches them (the run a prediction starts from is
             clean).
-        beside: with ``solo``, after each solo step the same rank runs its step again while
-            the others run the stand-in for the model's compute until it is done
+        beside: with ``solo``, beside each solo step (after it, or before it on the rank's
+            every other turn) the same rank runs its model step while the others run the
+            stand-in for the model's compute until it is done
             (:func:`~swinkit.rank.stand_in.busy_until`): ``result["beside"]``, as ``"solo"``,
             and how many stand-in blocks this rank ran beside the others' turns.
     """
@@ -127,7 +128,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     clocks = clock_offsets(rank, run.control)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
-    order = schedule(warmup, iters, options.grad_accum, paired, solo, beside)
+    order = schedule(warmup, iters, options.grad_accum, paired, solo, beside, rank.world_size)
     stand_in = swin_block_work(images=8) if beside else None
     blocks = 0  # of the stand-in, run beside the other ranks' turns
     switch = run.buckets.launcher if paired else None

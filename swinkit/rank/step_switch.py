@@ -88,7 +88,8 @@ def sync_batch_norms(model) -> list:
 
 
 def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
-             solo: bool = False, beside: bool = False) -> list[tuple[str, int]]:
+             solo: bool = False, beside: bool = False,
+             world_size: int = 1) -> list[tuple[str, int]]:
     """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
     iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
     (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind;
@@ -96,21 +97,24 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     ranks taking turns (:func:`solo_rank`), the others idle (world size 1 inside the launch,
     :func:`swinkit.rank.ddp.ddp_rank`). Not before a DDP step: a rank that idled a step starts
     the next one slower (its caches went to the rank that ran), and the DDP steps are the ones
-    scored. With ``beside`` (and ``solo``) a fourth kind follows each solo step: the same rank
-    runs its step again while the others run the stand-in for the model's compute
+    scored. With ``beside`` (and ``solo``) a fourth kind sits beside each solo step: the same
+    rank runs its step again while the others run the stand-in for the model's compute
     (:mod:`swinkit.rank.stand_in`), so that how much the model's own step slows beside busy
-    neighbours is read against its solo step (:func:`runs_beside`). The index counts
-    iterations of its kind (it decides which micro-batch synchronises).
+    neighbours is read against its solo step (:func:`runs_beside`). Whichever of the two comes
+    second starts with the rank's caches warm from the first, so the two swap places on each
+    rank's every other turn (``world_size`` ranks take turns). The index counts iterations of
+    its kind (it decides which micro-batch synchronises).
 
     >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
     [('ddp', 0), ('ddp', 1), ('solo', 0), ('local', 0), ('ddp', 2), ('solo', 1), ('local', 1)]
-    >>> schedule(1, 1, 1, paired=True, solo=True, beside=True)  # doctest: +NORMALIZE_WHITESPACE
-    [('ddp', 0), ('ddp', 1), ('solo', 0), ('beside', 0), ('local', 0)]
+    >>> [k for k, _ in schedule(1, 4, 1, paired=True, solo=True, beside=True, world_size=2)
+    ...  if k in ("solo", "beside")]  # ranks 0, 1, then 0, 1 again the other way round
+    ['solo', 'beside', 'solo', 'beside', 'beside', 'solo', 'beside', 'solo']
     """
     if solo and not paired:
         raise ValueError("solo steps run in a paired launch only")
     if beside and not solo:
-        raise ValueError("beside steps follow solo steps (solo=True)")
+        raise ValueError("beside steps go with solo steps (solo=True)")
     if solo and warmup < grad_accum:  # DDP's bucket rebuild, a broadcast over every rank
         raise ValueError("solo steps need a warm-up of at least one optimizer step")
     if not paired:
@@ -122,7 +126,8 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
-        for kind in kinds:
+        swapped = beside and (step // world_size) % 2  # this rank's every other turn
+        for kind in ("beside", "solo", "local") if swapped else kinds:
             out += [(kind, first + p) for p in range(grad_accum)]
     return out
 

@@ -51,8 +51,8 @@ class DDPRunSpec:
     paired: bool = False
     # with paired: one rank alone between each DDP and local step, the ranks taking turns, the
     # others idle (world size 1 in each rank's place in this launch, ``out["solo_run"]``; a
-    # held-out prediction's basis sharing the host's moment); on CPU each solo step is
-    # followed by the same rank's step beside the others running the stand-in
+    # held-out prediction's basis sharing the host's moment); on CPU beside each solo step
+    # the same rank runs a step with the others running the stand-in
     # (``out["beside_slowdown"]``: how much the host's sharing slows the model itself)
     solo: bool = False
 
