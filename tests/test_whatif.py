@@ -401,6 +401,12 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     turns = [kinds[i:i + 8:2] for i in range(0, len(kinds), 8)]  # one per optimizer step
     assert turns == [["ddp", "solo", "beside", "local"], ["ddp", "solo", "beside", "local"],
                      ["ddp", "beside", "solo", "local"], ["ddp", "beside", "solo", "local"]]
+    # 3 ranks: turns 0, 1, 2 solo first, then 0, 1, 2 beside first, then solo first again
+    # (by step parity rank 1's first turn would already be swapped)
+    order = schedule(1, 7, 1, paired=True, solo=True, beside=True, world_size=3)
+    firsts = [k for n, (k, _) in enumerate(order)
+              if k in ("solo", "beside") and order[n - 1][0] == "ddp"]
+    assert firsts == ["solo"] * 3 + ["beside"] * 3 + ["solo"]
     with pytest.raises(ValueError, match="solo"):
         schedule(1, 2, 1, paired=True, beside=True)
 
@@ -455,6 +461,10 @@ def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(
         assert len(rank["solo"]["iteration"]) == 4 and len(rank["beside"]["iteration"]) == 4
         assert rank["stand_in_blocks"] > 0
         assert len(rank["timeline"]) == 10  # the DDP steps, warm-up included
+        # each rank's own turns swapped: solo first in its first, beside first in its second
+        start = {kind: [it["marks"][0][1] for it in rank[kind]["timeline"]]
+                 for kind in ("solo", "beside")}
+        assert start["solo"][0] < start["beside"][0] and start["beside"][2] < start["solo"][2]
     ratio = out["beside_slowdown"]
     assert len(ratio["per_rank"]) == 2 and all(r > 0 for r in ratio["per_rank"])
 

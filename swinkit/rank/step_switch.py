@@ -98,7 +98,7 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     :func:`swinkit.rank.ddp.ddp_rank`). Not before a DDP step: a rank that idled a step starts
     the next one slower (its caches went to the rank that ran), and the DDP steps are the ones
     scored. With ``beside`` (and ``solo``) a fourth kind sits beside each solo step: the same
-    rank runs its step again while the others run the stand-in for the model's compute
+    rank runs its model step while the others run the stand-in for the model's compute
     (:mod:`swinkit.rank.stand_in`), so that how much the model's own step slows beside busy
     neighbours is read against its solo step (:func:`runs_beside`). Whichever of the two comes
     second starts with the rank's caches warm from the first, so the two swap places on each
