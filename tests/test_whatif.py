@@ -453,6 +453,7 @@ def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(
     beside the other's turns (the barriers match in both orders: no hang); the ratio is per
     rank of its own steps."""
     from swinkit.ddp_options import DDPOptions
+    from swinkit.measure.timeline import iteration_span
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     spec = DDPRunSpec(preset="test", world_size=2, iters=8, warmup=2, paired=True, solo=True,
                       ddp=DDPOptions(grad_accum=2))
@@ -462,7 +463,7 @@ def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(
         assert rank["stand_in_blocks"] > 0
         assert len(rank["timeline"]) == 10  # the DDP steps, warm-up included
         # each rank's own turns swapped: solo first in its first, beside first in its second
-        start = {kind: [it["marks"][0][1] for it in rank[kind]["timeline"]]
+        start = {kind: [iteration_span(it)[0] for it in rank[kind]["timeline"]]
                  for kind in ("solo", "beside")}
         assert start["solo"][0] < start["beside"][0] and start["beside"][2] < start["solo"][2]
     ratio = out["beside_slowdown"]
