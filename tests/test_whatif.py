@@ -380,10 +380,13 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
                                               ("local", 1)]
     assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
-    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too
+    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too,
+    # and an unmeasured local step ("warm") before each measured one, whole too
     assert schedule(2, 4, 2, paired=True, solo=True)[2:] == [
-        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("local", 0), ("local", 1),
-        ("ddp", 4), ("ddp", 5), ("solo", 2), ("solo", 3), ("local", 2), ("local", 3)]
+        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("warm", 0), ("warm", 1),
+        ("local", 0), ("local", 1),
+        ("ddp", 4), ("ddp", 5), ("solo", 2), ("solo", 3), ("warm", 2), ("warm", 3),
+        ("local", 2), ("local", 3)]
     with pytest.raises(ValueError, match="paired"):
         schedule(1, 2, 1, paired=False, solo=True)
     # DDP rebuilds its buckets after the first synchronised backward with a broadcast over
@@ -393,20 +396,26 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     # beside steps: the solo step's rank again, before the local steps, whole steps too
     assert schedule(2, 2, 2, paired=True, solo=True, beside=True)[2:] == [
         ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("beside", 0), ("beside", 1),
-        ("local", 0), ("local", 1)]
+        ("warm", 0), ("warm", 1), ("local", 0), ("local", 1)]
     # with 2 ranks taking turns, each rank's second turn (optimizer steps 2 and 3) runs its
     # beside step first, so neither kind always starts warm from the other
     kinds = [k for k, _ in schedule(2, 8, 2, paired=True, solo=True, beside=True,
                                     world_size=2)[2:]]
-    turns = [kinds[i:i + 8:2] for i in range(0, len(kinds), 8)]  # one per optimizer step
-    assert turns == [["ddp", "solo", "beside", "local"], ["ddp", "solo", "beside", "local"],
-                     ["ddp", "beside", "solo", "local"], ["ddp", "beside", "solo", "local"]]
+    turns = [kinds[i:i + 10:2] for i in range(0, len(kinds), 10)]  # one per optimizer step
+    assert turns == [["ddp", "solo", "beside", "warm", "local"]] * 2 + [
+        ["ddp", "beside", "solo", "warm", "local"]] * 2
     # 3 ranks: turns 0, 1, 2 solo first, then 0, 1, 2 beside first, then solo first again
     # (by step parity rank 1's first turn would already be swapped)
     order = schedule(1, 7, 1, paired=True, solo=True, beside=True, world_size=3)
     firsts = [k for n, (k, _) in enumerate(order)
               if k in ("solo", "beside") and order[n - 1][0] == "ddp"]
     assert firsts == ["solo"] * 3 + ["beside"] * 3 + ["solo"]
+    # every measured local step follows a step in which every rank ran the model: a warm step
+    # with solo steps, a DDP step without
+    for kwargs in ({}, {"solo": True}, {"solo": True, "beside": True, "world_size": 3}):
+        order = schedule(1, 7, 1, paired=True, **kwargs)
+        before = {order[n - 1][0] for n, (k, _) in enumerate(order) if k == "local"}
+        assert before == ({"warm"} if kwargs else {"ddp"}), (kwargs, before)
     with pytest.raises(ValueError, match="solo"):
         schedule(1, 2, 1, paired=True, beside=True)
 
@@ -450,8 +459,8 @@ def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(
     """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 4 optimizer
     steps, the ranks' turns 0, 1, 0, 1, the second two with the beside step before the solo
     one, so each rank has 4 solo and 4 beside iterations of its own, and ran the stand-in
-    beside the other's turns (the barriers match in both orders: no hang); the ratio is per
-    rank of its own steps."""
+    beside the other's turns (the barriers match in both orders: no hang), and an unmeasured
+    warm step before each measured local one; the ratio is per rank of its own steps."""
     from swinkit.ddp_options import DDPOptions
     from swinkit.measure.timeline import iteration_span
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
@@ -466,6 +475,17 @@ def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(
         start = {kind: [iteration_span(it)[0] for it in rank[kind]["timeline"]]
                  for kind in ("solo", "beside")}
         assert start["solo"][0] < start["beside"][0] and start["beside"][2] < start["solo"][2]
+        # between the rank's turn and the measured local step of that optimizer step, a warm
+        # step of 2 local iterations ran unmeasured: the gap holds more than one local
+        # iteration (without it, only the barriers between kinds)
+        local = rank["local"]["timeline"]
+        one_local = min(iteration_span(it)[1] - iteration_span(it)[0] for it in local)
+        assert len(local) == 8
+        for turn in (0, 1):
+            turn_end = max(iteration_span(rank[kind]["timeline"][2 * turn + 1])[1]
+                           for kind in ("solo", "beside"))
+            step = rank["rank"] + 2 * turn  # the optimizer step of this rank's turn
+            assert iteration_span(local[2 * step])[0] - turn_end > one_local
     ratio = out["beside_slowdown"]
     assert len(ratio["per_rank"]) == 2 and all(r > 0 for r in ratio["per_rank"])
 

@@ -110,7 +110,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             inside this launch (``result["solo"]``, each rank's own, as ``"local"``): a run at
             1 in each rank's place that shares the host's speed of the moment with the DDP
             steps beside it. No injection reaches them (the run a prediction starts from is
-            clean).
+            clean). Each measured local step then follows an unmeasured one ("warm"), so that
+            the ranks that idled start it warm.
         beside: with ``solo``, beside each solo step (after it, or before it on the rank's
             every other turn) the same rank runs its model step while the others run the
             stand-in for the model's compute until it is done
@@ -156,7 +157,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
             switch and switch.use(local=kind != "ddp")  # solo: over the group of one too
             if switch and run.meet:
-                run.meet.on = kind == "local"  # alone, a rank meets nobody
+                run.meet.on = kind in ("warm", "local")  # alone, a rank meets nobody
             run.starts.append(time.perf_counter())
             if kind in ("solo", "beside") and not _has_turn((kind, it), rank, options):
                 _rest(run)

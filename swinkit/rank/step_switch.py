@@ -102,11 +102,16 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     (:mod:`swinkit.rank.stand_in`), so that how much the model's own step slows beside busy
     neighbours is read against its solo step (:func:`runs_beside`). Whichever of the two comes
     second starts with the rank's caches warm from the first, so the two swap places on each
-    rank's every other turn (``world_size`` ranks take turns). The index counts iterations of
-    its kind (it decides which micro-batch synchronises).
+    rank's every other turn (``world_size`` ranks take turns). With ``solo`` an unmeasured
+    optimizer step of local iterations ("warm") comes before each measured local step: the
+    ranks whose turn it was not idled or ran the stand-in, and without it their local step
+    started cold (x1.015-1.084 of those after the rank's own turn, 6 rank-launches of `test`
+    at 2 ranks), inflating the components the paired oracle and its miss split are read from.
+    The index counts iterations of its kind (it decides which micro-batch synchronises).
 
     >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
-    [('ddp', 0), ('ddp', 1), ('solo', 0), ('local', 0), ('ddp', 2), ('solo', 1), ('local', 1)]
+    [('ddp', 0), ('ddp', 1), ('solo', 0), ('warm', 0), ('local', 0), ('ddp', 2), ('solo', 1),
+     ('warm', 1), ('local', 1)]
     >>> [k for k, _ in schedule(1, 4, 1, paired=True, solo=True, beside=True, world_size=2)
     ...  if k in ("solo", "beside")]  # ranks 0, 1, then 0, 1 again the other way round
     ['solo', 'beside', 'solo', 'beside', 'beside', 'solo', 'beside', 'solo']
@@ -122,12 +127,12 @@ def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
     out = [("ddp", i) for i in range(warmup)]
     kinds = ("local",)
     if solo:
-        kinds = ("solo", "beside", "local") if beside else ("solo", "local")
+        kinds = ("solo", "beside", "warm", "local") if beside else ("solo", "warm", "local")
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
         swapped = beside and (step // world_size) % 2  # this rank's every other turn
-        for kind in ("beside", "solo", "local") if swapped else kinds:
+        for kind in ("beside", "solo", "warm", "local") if swapped else kinds:
             out += [(kind, first + p) for p in range(grad_accum)]
     return out
 
