@@ -164,6 +164,14 @@ def test_replay_applies_measured_contention():
     assert simulate(costs)["predicted_iter_s"] == pytest.approx(0.835)
 
 
+def test_overlap_whose_all_reduces_end_before_the_compute_does():
+    # One bucket ready 0.1 s into 0.4 s of backward, its all-reduce 0.1 s: done at 0.2, and
+    # the compute runs on alone to 0.4 (the replay used to stop with nothing left to wait
+    # for: a bucket ready before the end with no bucket after it).
+    ends, comm_free = overlap_backward({0: 0.0}, {0: 0.4}, {0: [0.1]}, {0: 0.0}, [0.1], 0.0)
+    assert comm_free == pytest.approx(0.2) and ends[0] == pytest.approx(0.4)
+
+
 def test_contention_rates_outside_0_1_are_refused():
     with pytest.raises(ValueError, match="compute_rate"):
         overlap_backward({0: 0.0}, {0: 0.1}, {0: [0.1]}, {0: 0.0}, [0.1], 0.0, compute_rate=0)

@@ -67,6 +67,8 @@ def overlap_backward(start: dict, backward: dict, ready: dict, delay: dict, comm
             events.append(t + left / m_rate)
         elif bucket < len(comm) and all(bucket in reached[r] for r in ranks):
             events.append(max(max(reached[r][bucket] + delay[r] for r in ranks), comm_free))
+        if not events:  # the last rank's compute ended after every all-reduce: nothing left
+            continue
         step = min(events) - t
         for r in computing:
             done[r] = min(done[r] + step * c_rate, backward[r])
