@@ -45,3 +45,41 @@ def test_preset_bucket_layout_is_ddps_own(one_rank_group):
     assert len(expected) > 1  # a layout, not one flat tensor: the order and cuts are checked
     total = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert sum(expected) == total == layouts["segmentor_flat"][0]
+
+
+def _iteration(buckets: dict, backward_end: float) -> dict:
+    """A resolved iteration: ``buckets`` {name: (ready, done)}, the backward ending at
+    ``backward_end`` (and, under accumulation, once before it with no bucket)."""
+    return {"marks": [["start", 0.0], ["forward", 1.0], ["backward", backward_end],
+                      ["exposed_comm", backward_end + 1.0]],
+            "collectives": [{"name": n, "ready": r, "done": d} for n, (r, d) in buckets.items()]
+            + [{"name": "broadcast", "arrive": 0.5, "done": 0.6}]}
+
+
+def test_bucket_spans_run_from_the_last_ranks_ready_to_the_last_done():
+    """Worked by hand. Rank 1 has bucket0 ready 3 s after rank 0, so the all-reduce could not
+    start before 13; it ended for the last rank at 20: 7 s, 3 of them (13 to 16, rank 1's
+    backward end) beside backward. bucket1 starts after every backward: 2 s, none beside.
+    The warm-up iteration (spans of 100 s) and a micro-batch without buckets are not read;
+    of two measured iterations (7 and 9 s) the median is 8."""
+    from swinkit.measure.bucket_spans import bucket_spans
+    warm = _iteration({"bucket0": (0.0, 100.0)}, 50.0)
+    rank0 = [warm, _iteration({"bucket0": (10.0, 19.0), "bucket1": (15.0, 17.0)}, 15.0),
+             _iteration({}, 8.0),
+             _iteration({"bucket0": (10.0, 21.0), "bucket1": (15.0, 17.0)}, 15.0)]
+    rank1 = [warm, _iteration({"bucket0": (13.0, 20.0), "bucket1": (16.0, 18.0)}, 16.0),
+             _iteration({}, 8.0),
+             _iteration({"bucket0": (12.0, 20.0), "bucket1": (16.0, 18.0)}, 16.0)]
+    spans = bucket_spans({0: rank0, 1: rank1}, warmup=1)
+    assert list(spans) == ["bucket0", "bucket1"]
+    # iteration 1: 20 - 13 = 7 (3 beside); iteration 3: 21 - 12 = 9 (4 beside)
+    assert spans["bucket0"] == {"span_s": 8.0, "beside_backward_s": 3.5, "iterations": 2}
+    assert spans["bucket1"] == {"span_s": 2.0, "beside_backward_s": 0.0, "iterations": 2}
+    assert bucket_spans({}, warmup=0) == {}
+
+
+def test_bucket_spans_sort_by_index_not_by_name():
+    from swinkit.measure.bucket_spans import bucket_spans
+    names = [f"bucket{j}" for j in (10, 2, 9)]
+    one = [_iteration({n: (1.0, 2.0) for n in names}, 3.0)]
+    assert list(bucket_spans({0: one, 1: one}, warmup=0)) == ["bucket2", "bucket9", "bucket10"]

@@ -317,3 +317,11 @@ def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
     assert len(beside["per_rank"]) == 2 and all(r > 0 for r in beside["per_rank"])
     assert two["compute_slowdown"] == max(beside["ratio"], two["core_slowdown"])
     assert any("the model's own step" in a for a in two["assumptions"])
+    # the run's own all-reduces, one per bucket the prediction replayed, each read in every
+    # measured DDP step (4), printed beside the durations replayed
+    spans = two["bucket_spans"]
+    assert len(spans) == len(two["bucket_comm_s"]) == len(row["basis"]["probe"]["elements"])
+    assert all(s["iterations"] == 4 and 0 <= s["beside_backward_s"] <= s["span_s"]
+               for s in spans.values())
+    assert "the buckets' all-reduces in the run" in out.stdout
+    assert "launch 1, N=2: " in out.stdout.split("the buckets' all-reduces in the run")[1]

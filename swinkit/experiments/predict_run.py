@@ -145,6 +145,7 @@ def _separate_launches(specs: dict, sources: list, averaged: dict, history: dict
         if score:  # written before the run: nothing of the run reaches the prediction
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] the held-out DDP run")
             run = run_ddp(specs[ws], progress=progress)
+            pred["bucket_spans"] = run.get("bucket_spans")
             score_against(pred, run["iter_s"], predict_from(run["local_run"], specs[ws]))
             _explain_miss(pred, basis, averaged[ws], costs(run["local_run"]), run["iter_s"],
                           specs[sources[-1]].injection, specs[ws].injection)
@@ -216,6 +217,7 @@ def _same_launch(specs: dict, averaged: dict, history: dict, injection: Injectio
             target = dataclasses.replace(target, model_slowdown=beside["ratio"])
         pred = predict_one(basis, t1, target, injection.for_world_size(ws))
         pred["beside_slowdown"] = beside
+        pred["bucket_spans"] = run.get("bucket_spans")  # the run's all-reduces, as it had them
         score_against(pred, run["iter_s"], predict_from(run["local_run"], spec))
         _explain_miss(pred, basis, target, costs(run["local_run"]), run["iter_s"], None,
                       spec.injection)

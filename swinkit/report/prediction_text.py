@@ -76,6 +76,7 @@ def held_out_lines(result: dict) -> list[str]:
                        f"{parts}")
     out += sharing_lines(result["launches"])
     out += miss_lines(result["launches"])
+    out += bucket_span_lines(result["launches"])
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
@@ -132,6 +133,33 @@ def miss_lines(launches: list[dict]) -> list[str]:
         if len(mine) > 1:
             out.append(f"  mean over {len(mine)} launches, N={ws}: {terms(mean_terms(mine))}")
     return out + failed
+
+
+def bucket_span_lines(launches: list[dict]) -> list[str]:
+    """Per scored launch and size, the buckets' all-reduces as the run at N' had them (last
+    rank ready to last rank done, :mod:`swinkit.measure.bucket_spans`) beside the durations
+    the prediction replays (timed alone at N').
+
+    >>> launch = {"launch": 1, "targets": {"2": {"bucket_comm_s": [0.0024, 0.0023],
+    ...     "bucket_spans": {"bucket0": {"span_s": 0.0046, "beside_backward_s": 0.0046},
+    ...                      "bucket1": {"span_s": 0.0034, "beside_backward_s": 0.0}}}}}
+    >>> print("\\n".join(bucket_span_lines([launch])))  # doctest: +NORMALIZE_WHITESPACE
+    the buckets' all-reduces in the run (ms, median: last rank ready to done, of it beside
+    backward) against the durations replayed (timed alone at N')
+      launch 1, N=2: 4.6 (4.6), 3.4 (0.0) against 2.4, 2.3
+    """
+    rows = [(row["launch"], ws, p) for row in launches for ws, p in row["targets"].items()
+            if p.get("bucket_spans") and p.get("bucket_comm_s")]
+    if not rows:
+        return []
+    out = ["the buckets' all-reduces in the run (ms, median: last rank ready to done, of it "
+           "beside backward) against the durations replayed (timed alone at N')"]
+    for launch, ws, p in rows:
+        run = ", ".join(f"{s['span_s'] * 1e3:.1f} ({s['beside_backward_s'] * 1e3:.1f})"
+                        for s in p["bucket_spans"].values())
+        alone = ", ".join(f"{x * 1e3:.1f}" for x in p["bucket_comm_s"])
+        out.append(f"  launch {launch}, N={ws}: {run} against {alone}")
+    return out
 
 
 def repeatability_lines(repeat: dict) -> list[str]:

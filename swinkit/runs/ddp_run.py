@@ -19,6 +19,7 @@ from swinkit.attribution.blame import resolution as blame_resolution
 from swinkit.attribution.neighbours import injection_effect
 from swinkit.input_checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
+from swinkit.measure.bucket_spans import bucket_spans
 from swinkit.measure.phases import PHASES
 from swinkit.rank.step_switch import runs_beside
 from swinkit.runs.paired_parts import beside_slowdown, local_run, solo_run, step_times
@@ -177,6 +178,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     blame = compute_blame(timelines, spec.warmup,
                           resolution_s=blame_resolution([r["clock"] for r in ranks]))
     out.update(summarize_blame(blame))
+    # the buckets' all-reduces as the run had them, beside what the oracle replays (timed alone)
+    out["bucket_spans"] = bucket_spans(timelines, spec.warmup)
     out["injected_measured_s"] = injected_measured(ranks)
     if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
         out["injection_effect"] = injection_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
