@@ -6,6 +6,7 @@ samplers, and the hooks that put DDP's and SyncBN's collectives on a timeline.
     timeline.py    one rank's iterations: phase marks and collectives, read as host seconds
     timing.py      the one timing loop of the isolated benchmarks; device-event timing
     ddp_hooks.py   DDP's gradient buckets, buffer broadcast and reducer timers on a timeline
+    bucket_spans.py  each bucket's all-reduce as the run had it, from the ranks' timelines
     sync_bn.py     SyncBN's collectives on a timeline (not its compute)
     contention.py  backward and the all-reduces slowing each other; side streams on GPU
     samplers.py    CPU utilisation (psutil) and GPU utilisation (NVML, by UUID)
