@@ -275,9 +275,11 @@ def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypa
            "bucket_comm_s": [0.02, 0.03], "broadcast_s": 0.0}
     sweep = Sweep(results={1: {"iter_s": 1.0, "basis": basis},
                            2: {"iter_s": 1.1, "basis": {"costs": own},
-                               "prediction": {"predicted_iter_s": 1.09, "components_s": {}}}})
+                               "prediction": {"predicted_iter_s": 1.09, "components_s": {}},
+                               "bucket_spans": {"bucket0": {"span_s": 0.04}}}})
     out = predict_run.held_out_from_sweep(sweep, "test", progress=lambda *a: None)
     pred = out["launches"][0]["targets"][2]
+    assert pred["bucket_spans"] == {"bucket0": {"span_s": 0.04}}  # the run's, read after
     assert pred["predicted_iter_s"] == pytest.approx(1.05)
     assert out["launches"][0]["timed"][2]["compute_slowdown"] == 1.2
     assert [t["compute_slowdown"] for t in out["launches"][0]["timed_earlier"][2]] == [0.8]

@@ -269,6 +269,7 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     timed = pooled(timings)
     pred = predict_one(basis, t1, timed)
     scored = sweep.get(target)  # read from here on only: the prediction is made
+    pred["bucket_spans"] = scored.get("bucket_spans")
     score_against(pred, scored["iter_s"], scored.get("prediction"))
     if scored.get("basis"):  # the run at N''s components, kept by the sweep
         _explain_miss(pred, basis, timed, scored["basis"].get("costs"), scored["iter_s"])
