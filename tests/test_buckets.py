@@ -59,22 +59,27 @@ def _iteration(buckets: dict, backward_end: float) -> dict:
 def test_bucket_spans_run_from_the_last_ranks_ready_to_the_last_done():
     """Worked by hand. Rank 1 has bucket0 ready 3 s after rank 0, so the all-reduce could not
     start before 13; it ended for the last rank at 20: 7 s, 3 of them (13 to 16, rank 1's
-    backward end) beside backward. bucket1 starts after every backward: 2 s, none beside.
-    The warm-up iteration (spans of 100 s) and a micro-batch without buckets are not read;
-    of two measured iterations (7 and 9 s) the median is 8."""
+    backward end) beside backward. bucket1, ready at 16, waits for bucket0 (the group runs
+    them in turn) and runs 20-22: 2 s, none beside. The warm-up iteration (spans of 100 s),
+    a micro-batch without buckets and a bucket that only one rank launched are not read. Of
+    three measured iterations (bucket0 7, 9 and 20 s) the median is 9 (the mean would be 12)."""
     from swinkit.measure.bucket_spans import bucket_spans
     warm = _iteration({"bucket0": (0.0, 100.0)}, 50.0)
-    rank0 = [warm, _iteration({"bucket0": (10.0, 19.0), "bucket1": (15.0, 17.0)}, 15.0),
+    rank0 = [warm, _iteration({"bucket0": (10.0, 19.0), "bucket1": (15.0, 21.0)}, 15.0),
              _iteration({}, 8.0),
-             _iteration({"bucket0": (10.0, 21.0), "bucket1": (15.0, 17.0)}, 15.0)]
-    rank1 = [warm, _iteration({"bucket0": (13.0, 20.0), "bucket1": (16.0, 18.0)}, 16.0),
+             _iteration({"bucket0": (10.0, 21.0), "bucket1": (15.0, 23.0),
+                         "bucket2": (15.0, 25.0)}, 15.0),
+             _iteration({"bucket0": (10.0, 30.0), "bucket1": (15.0, 32.0)}, 15.0)]
+    rank1 = [warm, _iteration({"bucket0": (13.0, 20.0), "bucket1": (16.0, 22.0)}, 16.0),
              _iteration({}, 8.0),
-             _iteration({"bucket0": (12.0, 20.0), "bucket1": (16.0, 18.0)}, 16.0)]
+             _iteration({"bucket0": (12.0, 20.0), "bucket1": (16.0, 23.0)}, 16.0),
+             _iteration({"bucket0": (12.0, 32.0), "bucket1": (16.0, 34.0)}, 16.0)]
     spans = bucket_spans({0: rank0, 1: rank1}, warmup=1)
     assert list(spans) == ["bucket0", "bucket1"]
-    # iteration 1: 20 - 13 = 7 (3 beside); iteration 3: 21 - 12 = 9 (4 beside)
-    assert spans["bucket0"] == {"span_s": 8.0, "beside_backward_s": 3.5, "iterations": 2}
-    assert spans["bucket1"] == {"span_s": 2.0, "beside_backward_s": 0.0, "iterations": 2}
+    # bucket0: 20 - 13 = 7 (3 beside), 21 - 12 = 9 (4 beside), 32 - 12 = 20 (4 beside)
+    assert spans["bucket0"] == {"span_s": 9.0, "beside_backward_s": 4.0, "iterations": 3}
+    # bucket1: from bucket0's end: 22 - 20 = 2, 23 - 21 = 2, 34 - 32 = 2; none beside
+    assert spans["bucket1"] == {"span_s": 2.0, "beside_backward_s": 0.0, "iterations": 3}
     assert bucket_spans({}, warmup=0) == {}
 
 

@@ -321,7 +321,8 @@ def test_held_out_in_the_same_launch_on_the_test_preset(tmp_path):
     # measured DDP step (4), printed beside the durations replayed
     spans = two["bucket_spans"]
     assert len(spans) == len(two["bucket_comm_s"]) == len(row["basis"]["probe"]["elements"])
-    assert all(s["iterations"] == 4 and 0 <= s["beside_backward_s"] <= s["span_s"]
-               for s in spans.values())
+    assert all(s["iterations"] == 4 and s["span_s"] > 0 for s in spans.values())
+    # the last bucket is launched where backward ends (its mark): none of it beside backward
+    assert min(s["beside_backward_s"] for s in spans.values()) == 0
     assert "the buckets' all-reduces in the run" in out.stdout
     assert "launch 1, N=2: " in out.stdout.split("the buckets' all-reduces in the run")[1]

@@ -147,6 +147,9 @@ def bucket_span_lines(launches: list[dict]) -> list[str]:
     the buckets' all-reduces in the run (ms, median: last rank ready to done, of it beside
     backward) against the durations replayed (timed alone at N')
       launch 1, N=2: 4.6 (4.6), 3.4 (0.0) against 2.4, 2.3
+    >>> del launch["targets"]["2"]["bucket_spans"]["bucket0"]  # none read: its column stays
+    >>> bucket_span_lines([launch])[1]
+    '  launch 1, N=2: -, 3.4 (0.0) against 2.4, 2.3'
     """
     rows = [(row["launch"], ws, p) for row in launches for ws, p in row["targets"].items()
             if p.get("bucket_spans") and p.get("bucket_comm_s")]
@@ -155,11 +158,21 @@ def bucket_span_lines(launches: list[dict]) -> list[str]:
     out = ["the buckets' all-reduces in the run (ms, median: last rank ready to done, of it "
            "beside backward) against the durations replayed (timed alone at N')"]
     for launch, ws, p in rows:
+        spans, alone = p["bucket_spans"], p["bucket_comm_s"]
+        count = max(len(alone), *(_bucket_index(name) + 1 for name in spans))
+        # by bucket index, "-" where the run read none (or nothing was timed alone)
+        ran = [spans.get(f"bucket{j}") for j in range(count)]
         run = ", ".join(f"{s['span_s'] * 1e3:.1f} ({s['beside_backward_s'] * 1e3:.1f})"
-                        for s in p["bucket_spans"].values())
-        alone = ", ".join(f"{x * 1e3:.1f}" for x in p["bucket_comm_s"])
-        out.append(f"  launch {launch}, N={ws}: {run} against {alone}")
+                        if s else "-" for s in ran)
+        timed = ", ".join(f"{alone[j] * 1e3:.1f}" if j < len(alone) else "-"
+                          for j in range(count))
+        out.append(f"  launch {launch}, N={ws}: {run} against {timed}")
     return out
+
+
+def _bucket_index(name: str) -> int:
+    """bucket2 -> 2 (the names :mod:`swinkit.measure.bucket_spans` reads)."""
+    return int(name.removeprefix("bucket") or 0)
 
 
 def repeatability_lines(repeat: dict) -> list[str]:

@@ -178,8 +178,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     blame = compute_blame(timelines, spec.warmup,
                           resolution_s=blame_resolution([r["clock"] for r in ranks]))
     out.update(summarize_blame(blame))
-    # the buckets' all-reduces as the run had them, beside what the oracle replays (timed alone)
-    out["bucket_spans"] = bucket_spans(timelines, spec.warmup)
+    if not spec.local:  # the buckets' all-reduces as the run had them (a local run has none)
+        out["bucket_spans"] = bucket_spans(timelines, spec.warmup)
     out["injected_measured_s"] = injected_measured(ranks)
     if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
         out["injection_effect"] = injection_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
