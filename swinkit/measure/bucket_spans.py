@@ -60,7 +60,7 @@ def bucket_spans(timelines: dict[int, list[dict]], warmup: int) -> dict[str, dic
     return {name: {"span_s": statistics.median(s for s, _ in v),
                    "beside_backward_s": statistics.median(b for _, b in v),
                    "iterations": len(v)}
-            for name, v in sorted(spans.items(), key=lambda kv: _index(kv[0]))}
+            for name, v in sorted(spans.items(), key=lambda kv: bucket_index(kv[0]))}
 
 
 def _backward_end(iteration: dict) -> float | None:
@@ -68,6 +68,6 @@ def _backward_end(iteration: dict) -> float | None:
     return max((t for name, t in iteration["marks"] if name == "backward"), default=None)
 
 
-def _index(name: str) -> int:
+def bucket_index(name: str) -> int:
     """bucket2 -> 2, so that bucket10 sorts after bucket9."""
     return int(name[len(BUCKET_PREFIX):] or 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from swinkit.attribution.miss_split import TERMS, mean_terms
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
+from swinkit.measure.bucket_spans import bucket_index
 
 PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1)"),
               ("plus_allreduce", "T(1) + all-reduce at N'"), ("no_network", "no network term"),
@@ -159,7 +160,7 @@ def bucket_span_lines(launches: list[dict]) -> list[str]:
            "beside backward) against the durations replayed (timed alone at N')"]
     for launch, ws, p in rows:
         spans, alone = p["bucket_spans"], p["bucket_comm_s"]
-        count = max(len(alone), *(_bucket_index(name) + 1 for name in spans))
+        count = max(len(alone), *(bucket_index(name) + 1 for name in spans))
         # by bucket index, "-" where the run read none (or nothing was timed alone)
         ran = [spans.get(f"bucket{j}") for j in range(count)]
         run = ", ".join(f"{s['span_s'] * 1e3:.1f} ({s['beside_backward_s'] * 1e3:.1f})"
@@ -168,11 +169,6 @@ def bucket_span_lines(launches: list[dict]) -> list[str]:
                           for j in range(count))
         out.append(f"  launch {launch}, N={ws}: {run} against {timed}")
     return out
-
-
-def _bucket_index(name: str) -> int:
-    """bucket2 -> 2 (the names :mod:`swinkit.measure.bucket_spans` reads)."""
-    return int(name.removeprefix("bucket") or 0)
 
 
 def repeatability_lines(repeat: dict) -> list[str]:
