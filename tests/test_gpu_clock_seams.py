@@ -218,3 +218,68 @@ def test_cold_event_timing_starts_after_the_arrival_all_reduce(one_rank_group):
     finally:
         dist.all_reduce = real
     assert log == ["sync", "all_reduce", "event", "collective", "event", "sync"]
+
+
+class QueuedWork:
+    """A host clock the test moves, and a device queue whose drain moves it on by the work
+    still queued: a clock read before the drain sees the host's time, after it the work's."""
+
+    def __init__(self):
+        self.host, self.queued, self.drains = 0.0, 0.0, 0
+
+    def now(self) -> float:
+        return self.host
+
+    def drain(self) -> None:
+        self.drains += 1
+        self.host += self.queued
+        self.queued = 0.0
+
+
+def test_a_loops_last_clock_read_waits_for_the_work_still_queued(monkeypatch):
+    """Two steps that each return after 0.01 s of host time with 0.05 s of kernels queued:
+    the loop's own iteration times are 0.06 s each only if the end is read after a drain
+    (before the fix, the last read came first: 0.01 s for the last step). The first step's
+    end is the second's start, read after the second step's own work has waited (its loss)."""
+    from swinkit.rank import skeleton
+
+    dev = QueuedWork()
+    monkeypatch.setattr(skeleton.time, "perf_counter", dev.now)
+
+    def step(n):
+        dev.host += 0.01
+        dev.queued += 0.05
+        if n == 0:  # the next step's first wait (its loss read) drains the queue
+            dev.drain()
+
+    class Rank:
+        def heartbeat(self, n):
+            pass
+
+    class NoWindow:
+        def start(self):
+            pass
+
+    starts = skeleton.run_steps(Rank(), 2, 0, step, NoWindow(), drain=dev.drain)
+    assert [round(b - a, 9) for a, b in zip(starts, starts[1:])] == [0.06, 0.06]
+    assert dev.drains == 2
+    # on CPU nothing is queued and nothing is drained
+    assert skeleton.drained_now(None) == dev.host and dev.drains == 2
+
+
+def test_a_paired_runs_cut_waits_for_the_device_on_a_gpu_rank_only(monkeypatch):
+    """The clock read that ends a paired run's iteration at a change of kind (before the
+    barriers) drains a CUDA rank's queue first, and touches no device on a CPU rank."""
+    import torch
+
+    from swinkit.rank import ddp
+
+    drained = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: drained.append(a))
+
+    class Run:
+        cuda = True
+    ddp._drain(Run())()
+    assert drained == [()]
+    Run.cuda = False
+    assert ddp._drain(Run()) is None

@@ -33,7 +33,7 @@ from swinkit.rank.ddp_setup import RankRun, setup_rank
 from swinkit.rank.delays import GATE, per_iteration
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.step_switch import schedule, solo_rank, sync_batch_norms
-from swinkit.rank.skeleton import Window, cuda_peaks, identity, timeline_fields
+from swinkit.rank.skeleton import Window, cuda_peaks, drained_now, identity, timeline_fields
 from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
 from swinkit.rank.stand_in import busy_until, swin_block_work
 
@@ -148,8 +148,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 # iteration, or the DDP step would wait for a skew no DDP run has. Before the
                 # local steps too, so that both kinds start from the same state (with a
                 # barrier before the DDP steps only, they loaded ~1 ms slower)
-                if n:
-                    run.cut[n - 1] = time.perf_counter()
+                if n:  # the step's queued kernels done first, as at the loop's end
+                    run.cut[n - 1] = drained_now(_drain(run))
                 run.timeline.end()
                 if n and order[n - 1][0] == "beside" and _has_turn(order[n - 1], rank, options):
                     dist.barrier()  # the one the other ranks ran the stand-in until
@@ -167,9 +167,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 _step(run, it)
             run.stats and run.stats.poll()
             profiler and profiler.step()
-        if run.cuda:  # the last iteration's kernels, before its end is read (the bare loop's clock)
-            torch.cuda.synchronize()
-        run.starts.append(time.perf_counter())
+        # the last iteration's kernels, before its end is read (the bare loop's clock)
+        run.starts.append(drained_now(_drain(run)))
         run.timeline.enabled and run.timeline.end()  # what follows is in no measured iteration
         cpu, gpu = window.stop()
         peak = memory.peak_memory(run.cuda, run.memory_baseline)
@@ -211,6 +210,11 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                                                       for it in resolved[len(order):]],
                                 "rounds_loaded_s": load.rounds}
     return result
+
+
+def _drain(run: RankRun):
+    """What waits for this rank's queued device work: None on CPU."""
+    return torch.cuda.synchronize if run.cuda else None
 
 
 def _has_turn(step: tuple[str, int], rank, options: DDPOptions) -> bool:

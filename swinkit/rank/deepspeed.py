@@ -203,7 +203,8 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         step(timeline)
         timers.append(sink.take() if want_timers else None)
     with out_of_memory_named(rank.rank, cfg):
-        starts = run_steps(rank, warmup + iters, warmup, one, window)
+        starts = run_steps(rank, warmup + iters, warmup, one, window,
+                           drain=torch.cuda.synchronize if cuda else None)
         timeline.end()
         cpu_use, gpu_use = window.stop()
         peak = memory.peak_memory(cuda, baseline_rss)

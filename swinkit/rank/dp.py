@@ -190,7 +190,8 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             torch.cuda.reset_peak_memory_stats(d)
     window = Window(CpuUsage(), NvmlSamplers(indices), reset_peaks)
     with out_of_memory_named(0, cfg):
-        starts = run_steps(rank, warmup + iters, warmup, lambda n: step(), window)
+        starts = run_steps(rank, warmup + iters, warmup, lambda n: step(), window,
+                           drain=lambda: [torch.cuda.synchronize(d) for d in devices])
         timeline.end()
     cpu_use, gpu_use = window.stop()
     kept = list(range(warmup, warmup + iters))

@@ -41,12 +41,24 @@ def cuda_peaks(cuda: bool) -> Callable[[], None]:
     return lambda: memory.reset_device_peak(cuda)
 
 
+def drained_now(drain: Callable[[], None] | None) -> float:
+    """The host clock, read once ``drain`` has returned (it waits for the device's queued
+    work; None on CPU, where work is done when its call returns). A loop clock read at the end
+    of a step on a GPU, with the step's kernels still queued, ends the step before its work
+    does: the loop's own iteration times, the check of the timeline's, would read short."""
+    drain and drain()
+    return time.perf_counter()
+
+
 def run_steps(rank, total: int, warmup: int, step: Callable[[int], None], window: Window,
-              before: Callable[[int], None] | None = None) -> list[float]:
+              before: Callable[[int], None] | None = None,
+              drain: Callable[[], None] | None = None) -> list[float]:
     """``step(n)`` for n in 0..total-1: the window starts before step ``warmup``, each step
     writes the rank's heartbeat first (a small file write, in the previous step's tail) and
     reads the host clock just before it runs. Returns the clock reads plus one after the last
-    step: the loop's own iteration times (:func:`loop_iterations`)."""
+    step, once ``drain`` has waited for the device (:func:`drained_now`): the loop's own
+    iteration times (:func:`loop_iterations`). Inside the loop no drain is needed: each
+    step's first clock read follows the previous step's own waits (its loss, its loader)."""
     starts = []
     for n in range(total):
         if n == warmup:
@@ -55,7 +67,7 @@ def run_steps(rank, total: int, warmup: int, step: Callable[[int], None], window
         before and before(n)
         starts.append(time.perf_counter())
         step(n)
-    starts.append(time.perf_counter())
+    starts.append(drained_now(drain))
     return starts
 
 
