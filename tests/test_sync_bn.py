@@ -173,6 +173,29 @@ def test_every_collective_torchs_syncbn_calls_is_recorded():
     assert called <= set(sync_bn._TAPPED), called - set(sync_bn._TAPPED)
 
 
+def test_syncbns_gathers_are_timed_as_torchs_syncbn_makes_them(monkeypatch):
+    """Its forward gathers, timed for the oracle, take the form torch's SyncBN takes on each
+    backend: 4 ranks over NCCL gather 5 statistics into one flat tensor of 20, in one call per
+    layer; over gloo (no flat gather) into a list of 4. The list form on NCCL adds N
+    allocations and N copies: a too-large SyncBN share of the prediction on GPUs."""
+    from swinkit.rank import collective_timing
+
+    calls = []
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    monkeypatch.setattr(dist, "all_gather_into_tensor",
+                        lambda out, t, group=None: calls.append(("flat", out.numel(), t.numel())))
+    monkeypatch.setattr(dist, "all_gather",
+                        lambda outs, t, group=None: calls.append(("list", len(outs), t.numel())))
+    entry = [torch.zeros(5), torch.zeros(3)]
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    collective_timing._entry_runner("all_gather")(entry)
+    assert calls == [("flat", 20, 5), ("flat", 12, 3)]
+    calls.clear()
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    collective_timing._entry_runner("all_gather")(entry)
+    assert calls == [("list", 4, 5), ("list", 4, 3)]
+
+
 def _sync_bn_names(iteration) -> list[str]:
     return [c["name"] for c in iteration["collectives"] if c["name"].endswith((".fwd", ".bwd"))]
 

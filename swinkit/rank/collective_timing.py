@@ -111,17 +111,32 @@ def _entry_runner(op: str, group=None):
     if op == "all_reduce":
         return lambda entry: [dist.all_reduce(t, group=group) for t in entry]
     if op == "all_gather":  # each rank's tensor to every rank, as SyncBN's statistics
-        def gather(entry):
-            for t in entry:
-                dist.all_gather([torch.empty_like(t) for _ in range(dist.get_world_size(group))],
-                                t, group=group)
-        return gather
+        return _sync_bn_gather(group)
     group = dist.group.WORLD if group is None else group
     if op == "broadcast":
         return lambda entry: [dist.broadcast(t, group=group, group_src=0) for t in entry]
     if op == "broadcast_coalesced":
         return lambda entry: dist._broadcast_coalesced(group, entry, DDP_BROADCAST_BUCKET_BYTES, 0)
     raise ValueError(f"unknown collective {op!r}")
+
+
+def _sync_bn_gather(group=None):
+    """An entry's all-gathers as torch's SyncBatchNorm makes them: into one flat tensor of
+    N x its size (``all_gather_into_tensor``) on NCCL and the other backends that have it, into
+    a list of N tensors on gloo, which has no flat gather. The list form on NCCL adds N
+    allocations and N device copies to a gather of a few KB, as long as the gather itself on
+    NVLink: timed so, SyncBN's share of the prediction would be too large."""
+    size = dist.get_world_size(group)
+    if dist.get_backend(group) == "gloo":
+        def gather(entry):
+            for t in entry:
+                dist.all_gather([torch.empty_like(t) for _ in range(size)], t, group=group)
+    else:
+        def gather(entry):
+            for t in entry:
+                flat = torch.empty(size * t.numel(), dtype=t.dtype, device=t.device)
+                dist.all_gather_into_tensor(flat, t, group=group)
+    return gather
 
 
 def _cold_events(entry, run, sync, events, flag=None, group=None) -> float:
