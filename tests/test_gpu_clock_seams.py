@@ -240,16 +240,19 @@ def test_a_loops_last_clock_read_waits_for_the_work_still_queued(monkeypatch):
     """Two steps that each return after 0.01 s of host time with 0.05 s of kernels queued:
     the loop's own iteration times are 0.06 s each only if the end is read after a drain
     (before the fix, the last read came first: 0.01 s for the last step). The first step's
-    end is the second's start, read after the second step's own work has waited (its loss)."""
+    end is the second's start: in a steady state each step blocks on the device at the same
+    point (here: the first step's own wait), so only the last has a queued tail left."""
+    from types import SimpleNamespace
+
     from swinkit.rank import skeleton
 
     dev = QueuedWork()
-    monkeypatch.setattr(skeleton.time, "perf_counter", dev.now)
+    monkeypatch.setattr(skeleton, "time", SimpleNamespace(perf_counter=dev.now))
 
     def step(n):
         dev.host += 0.01
         dev.queued += 0.05
-        if n == 0:  # the next step's first wait (its loss read) drains the queue
+        if n == 0:  # a step's blocking wait on the device (a collective's) drains the queue
             dev.drain()
 
     class Rank:
@@ -267,9 +270,11 @@ def test_a_loops_last_clock_read_waits_for_the_work_still_queued(monkeypatch):
     assert skeleton.drained_now(None) == dev.host and dev.drains == 2
 
 
-def test_a_paired_runs_cut_waits_for_the_device_on_a_gpu_rank_only(monkeypatch):
-    """The clock read that ends a paired run's iteration at a change of kind (before the
-    barriers) drains a CUDA rank's queue first, and touches no device on a CPU rank."""
+def test_a_ddp_ranks_drain_is_cudas_synchronize_on_a_gpu_rank_only(monkeypatch):
+    """What a DDP rank drains its device with before the clock reads that end an iteration
+    (the paired run's cut at a change of kind, the loop's end): CUDA's synchronize on a GPU
+    rank, nothing on a CPU rank. Whether the cut uses it is the gpu-marked
+    test_solo_steps_run_each_rank_alone_on_its_gpu's clock check."""
     import torch
 
     from swinkit.rank import ddp

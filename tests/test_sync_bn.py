@@ -191,6 +191,10 @@ def test_syncbns_gathers_are_timed_as_torchs_syncbn_makes_them(monkeypatch):
     collective_timing._entry_runner("all_gather")(entry)
     assert calls == [("flat", 20, 5), ("flat", 12, 3)]
     calls.clear()
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "ucc")  # as torch: not gloo
+    collective_timing._entry_runner("all_gather")(entry)
+    assert calls == [("flat", 20, 5), ("flat", 12, 3)]
+    calls.clear()
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
     collective_timing._entry_runner("all_gather")(entry)
     assert calls == [("list", 4, 5), ("list", 4, 3)]

@@ -122,8 +122,8 @@ def _entry_runner(op: str, group=None):
 
 def _sync_bn_gather(group=None):
     """An entry's all-gathers as torch's SyncBatchNorm makes them: into one flat tensor of
-    N x its size (``all_gather_into_tensor``) on NCCL and the other backends that have it, into
-    a list of N tensors on gloo, which has no flat gather. The list form on NCCL adds N
+    N x its size (``all_gather_into_tensor``) on every backend but gloo, into a list of N
+    tensors on gloo, which has no flat gather. The list form on NCCL adds N
     allocations and N device copies to a gather of a few KB, as long as the gather itself on
     NVLink: timed so, SyncBN's share of the prediction would be too large."""
     size = dist.get_world_size(group)

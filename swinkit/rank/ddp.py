@@ -148,9 +148,9 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 # iteration, or the DDP step would wait for a skew no DDP run has. Before the
                 # local steps too, so that both kinds start from the same state (with a
                 # barrier before the DDP steps only, they loaded ~1 ms slower)
-                if n:  # the step's queued kernels done first, as at the loop's end
+                run.timeline.end()  # on GPU its end event queues behind the step's kernels
+                if n:  # the host's clock read once those kernels are done, as at the loop's end
                     run.cut[n - 1] = drained_now(_drain(run))
-                run.timeline.end()
                 if n and order[n - 1][0] == "beside" and _has_turn(order[n - 1], rank, options):
                     dist.barrier()  # the one the other ranks ran the stand-in until
                 dist.barrier()

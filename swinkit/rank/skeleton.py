@@ -57,8 +57,10 @@ def run_steps(rank, total: int, warmup: int, step: Callable[[int], None], window
     writes the rank's heartbeat first (a small file write, in the previous step's tail) and
     reads the host clock just before it runs. Returns the clock reads plus one after the last
     step, once ``drain`` has waited for the device (:func:`drained_now`): the loop's own
-    iteration times (:func:`loop_iterations`). Inside the loop no drain is needed: each
-    step's first clock read follows the previous step's own waits (its loss, its loader)."""
+    iteration times (:func:`loop_iterations`). Inside the loop no drain is needed: in a steady
+    state each step blocks on the device at the same point (a collective's wait, SyncBN's
+    count), so start-to-start intervals are the period; only the last step has no successor
+    to absorb its queued tail."""
     starts = []
     for n in range(total):
         if n == warmup:
