@@ -104,10 +104,18 @@ def test_real_gpu_peaks_are_measured_in_fp32_and_bf16():
 @pytest.mark.gpu
 def test_gpu_peak_memory_is_the_models_not_the_peak_gemms():
     """The peak GEMM runs first, on three 8192 x 8192 fp32 matrices (768 MiB); the `test`
-    model's ops at batch 1 need a small fraction of that. Before the peak counter was reset
+    model's ops at batch 2 need a small fraction of that. Before the peak counter was reset
     after the GEMM, every model benchmark reported at least 768 MiB."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    out = fb.measure("test", batch=1, samples=1)
+    out = fb.measure("test", batch=2, samples=1)
     assert out["device"].startswith("cuda")
     assert 0 < out["peak_memory_mib"] < 3 * 8192 ** 2 * 4 / 2 ** 20
+
+
+def test_batch_one_is_refused_naming_the_field_before_the_model_is_built():
+    """At batch 1 training UPerHead fails deep inside batch norm ("Expected more than 1 value
+    per channel"), naming neither the field nor the value; found on an H200, where the GPU
+    peak-memory test used batch 1."""
+    with pytest.raises(ValueError, match=r"batch must be an integer >= 2, got 1"):
+        fb.measure("test", batch=1, samples=1)

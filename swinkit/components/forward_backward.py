@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from swinkit.input_checks import check_int
 from swinkit.measure.timing import timed
 
 SCOPES = ("backbone", "segmentor")
@@ -134,8 +135,14 @@ def _loss(model, scope, inputs, samples):
 
 
 def measure(preset: str, batch: int, samples: int = 5, warmup: int = 1, threads: int = 1) -> dict:
-    """Run in a fresh process: timings, FLOPs, MFU and peak memory of every (scope, op)."""
+    """Run in a fresh process: timings, FLOPs, MFU and peak memory of every (scope, op).
+
+    ``batch`` must be at least 2: UPerHead's pooling pyramid averages each image to one pixel
+    (pool scale 1) and batch-normalises it, which in training needs two values per channel.
+    """
     from swinkit.config import load_config
+
+    check_int("batch", batch, minimum=2)
     from swinkit.model.segmentor import build_segmentor
 
     torch.set_num_threads(threads)
