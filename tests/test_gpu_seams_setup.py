@@ -1,21 +1,17 @@
 """GPU-only decisions driven on CPU: the suite hiding GPUs, the self-test's devices and clock
-group, the training device, the set-up's torch and mmcv choices, the pinned-memory remedy and
-the overhead tool's clock. Each GPU branch is reached through the function that chooses it,
-with the device, backend or machine facts passed in; real-GPU checks carry the ``gpu`` marker.
+group, the training device, the pinned-memory remedy and the overhead tool's clock (the
+set-up's torch choices: tests/test_setup_plan.py). Each GPU branch is reached through the
+function that chooses it, with the device, backend or machine facts passed in; real-GPU
+checks carry the ``gpu`` marker.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import requires_gpu, selects_gpu_tests
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- the suite hides the GPUs
@@ -143,88 +139,6 @@ def test_train_runs_on_the_gpu(data_root):
     assert next(model.parameters()).device.type == "cuda"
     assert model.data_preprocessor.device.type == "cuda"
     assert train(cfg, iters=2, progress=lambda _: None).summary()["iterations"] == 2
-
-
-# ---------------------------------------------------------------- set-up choices
-
-def load_setup_plan():
-    """tools/setup_plan.py as a module (tools/ is scripts, not a package). Registered before it
-    runs, as its dataclass looks its own module up; the doctest run may have loaded it already."""
-    import importlib.util
-    if "setup_plan" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("setup_plan",
-                                                      ROOT / "tools" / "setup_plan.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["setup_plan"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["setup_plan"]
-
-
-def test_setup_supports_the_torch_pyproject_pins():
-    plan = load_setup_plan()
-    pin = plan.torch_pin()
-    assert "torch==" + pin in (ROOT / "pyproject.toml").read_text()
-    assert pin.startswith("2.13.")   # mmcv 2.1.0 builds only against torch <= 2.13 headers
-
-
-def test_setup_keeps_a_cuda_torch_and_builds_mmcv_without_cuda():
-    plan = load_setup_plan()
-    cuda_torch = plan.Torch("2.13.0+cu126", "12.6")
-    assert plan.venv_flags(cuda_torch, "2.13.0", {}) == ["--system-site-packages"]
-    assert plan.venv_flags(cuda_torch, "2.13.0", {"SWINKIT_REUSE_TORCH": "0"}) == []
-    assert plan.torch_requirement(cuda_torch, "2.13.0") == []
-    env = plan.mmcv_build_env({"FORCE_CUDA": "1", "CUDA_VISIBLE_DEVICES": "0,1"}, cpus=16)
-    assert env == ["-u", "FORCE_CUDA", "CUDA_VISIBLE_DEVICES=", "MMCV_WITH_OPS=1", "MAX_JOBS=16"]
-
-
-def test_setup_on_a_fresh_cpu_machine_is_unchanged():
-    """No torch yet, 2 cores: a plain venv, the pinned torch, mmcv's CPU ops with 2 jobs."""
-    plan = load_setup_plan()
-    assert plan.venv_flags(None, "2.13.0", {}) == []
-    assert plan.torch_requirement(None, "2.13.0") == ["torch==2.13.0"]
-    assert plan.mmcv_build_env({}, cpus=2)[-2:] == ["MMCV_WITH_OPS=1", "MAX_JOBS=2"]
-
-
-def test_setup_replaces_an_unsupported_torch_and_does_not_share_a_cpu_one():
-    plan = load_setup_plan()
-    assert plan.venv_flags(plan.Torch("2.14.0+cu128", "12.8"), "2.13.0", {}) == []
-    assert plan.torch_requirement(plan.Torch("2.14.0+cu128", "12.8"), "2.13.0") == ["torch==2.13.0"]
-    assert plan.venv_flags(plan.Torch("2.13.0+cpu"), "2.13.0", {}) == []
-
-
-def test_setup_builds_mmcv_cuda_ops_only_when_asked():
-    plan = load_setup_plan()
-    assert plan.mmcv_build_env({"SWINKIT_MMCV_CUDA": "1"}, cpus=8) == [
-        "FORCE_CUDA=1", "MMCV_WITH_OPS=1", "MAX_JOBS=8"]
-    for bad in ({"SWINKIT_MMCV_CUDA": "yes"}, {"MAX_JOBS": "0"}, {"MAX_JOBS": "many"}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            plan.mmcv_build_env(bad, cpus=8)
-
-
-def test_setup_plan_cli_with_a_cuda_torch_present(tmp_path):
-    """The commands tools/setup.sh runs, against an interpreter whose torch is a (fake) CUDA
-    build of the pinned release: the venv shares it, pip is not asked for torch, and mmcv is
-    built with CUDA hidden and FORCE_CUDA unset even where the user's shell sets them."""
-    fake = tmp_path / "site" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(
-        "__version__ = '2.13.0+cu126'\nclass version:\n    cuda = '12.6'\n")
-    env = dict(os.environ, PYTHONPATH=str(fake.parent), FORCE_CUDA="1",
-               CUDA_VISIBLE_DEVICES="0", MAX_JOBS="")
-    env.pop("SWINKIT_MMCV_CUDA", None)
-    env.pop("SWINKIT_REUSE_TORCH", None)
-
-    def plan(*args):
-        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "setup_plan.py"), *args],
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip()
-    assert plan("venv-flags") == "--system-site-packages"
-    assert plan("torch-requirement") == ""
-    words = plan("mmcv-env").split()
-    assert words[:3] == ["-u", "FORCE_CUDA", "CUDA_VISIBLE_DEVICES="]
-    assert "MMCV_WITH_OPS=1" in words and not any(w.startswith("FORCE_CUDA=") for w in words)
-    assert "torch 2.13.0+cu126 (CUDA 12.6)" in plan("show")
 
 
 # ---------------------------------------------------------------- the pinned-memory remedy

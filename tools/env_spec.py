@@ -1,27 +1,35 @@
-"""What swinkit's environment needs, in install order: the one list that both the fast path
-(``tools/setup.sh``, the checkout's ``.venv``) and asv's history mode (``asv.conf.json``'s
+"""What swinkit's environment needs, in install order: the one list that the fast path
+(``tools/setup.sh``, the checkout's ``.venv``), asv's history mode (``asv.conf.json``'s
 ``install_command``: ``asv run main~4..main`` builds each commit into an environment under
-``.asv/env``) install from.
+``.asv/env``) and the offline wheelhouse (``tools/wheelhouse.py``) install from.
 
 Example (the pip commands asv's install_command runs, without running them)::
 
     python3.11 tools/env_spec.py install --dry-run WHEEL
 
-Steps, in order (the pins come from pyproject.toml):
+Steps, in order (the pins come from pyproject.toml, or an old commit's wheel):
 
-    torch           the pinned torch (tools/setup.sh asks tools/setup_plan.py instead, which
-                    may keep a CUDA build of that release already there)
-    build           what mmcv's source build imports: setuptools (pyproject's build-system),
-                    wheel, ninja, numpy, the pinned mmengine
-    mmcv            the pinned mmcv from source with its ops, --no-build-isolation, in the
-                    environment tools/setup_plan.py chooses (CPU ops, MAX_JOBS)
-    project         swinkit with its test extra, with its dependencies (setup.sh: editable;
-                    asv: the commit's wheel)
-    deepspeed-deps  pyproject's ``deepspeed`` extra but DeepSpeed itself, with the torch pin so
-                    pip keeps the torch there
+    torch           the reference torch, ``swinkit/supported.py`` (tools/setup.sh asks
+                    tools/setup_plan.py instead, which keeps a supported torch already there)
+    build           what installing the project without build isolation imports: setuptools
+                    (pyproject's build-system) and wheel
+    project-deps    the project's dependencies with its ``test`` and ``deepspeed`` extras, but
+                    torch (the environment's stays) and DeepSpeed (its own step): read from
+                    pyproject.toml (setup.sh) or from the commit's wheel (asv, so an old commit
+                    gets its own pins). ``mmcv`` becomes ``mmcv-lite`` at the same version (no
+                    compiler: its compiled ops are never called, see the stand-in); left out
+                    where a compiled mmcv is already there (``--keep-mmcv``)
+    project         swinkit itself, ``--no-deps`` (setup.sh: editable; asv: the commit's wheel)
     deepspeed       the pinned DeepSpeed, pure Python: DS_BUILD_OPS=0 (its C++/CUDA ops build
                     on demand), --no-deps (its sdist would otherwise pull a second torch),
                     --no-build-isolation (its setup.py imports torch)
+    stand-in        not pip: swinkit's stand-in for mmcv's compiled extension copied into the
+                    environment's site-packages with a ``.pth`` line that installs it at every
+                    interpreter start (so MMSegmentation imports in any process, commits older
+                    than the stand-in included)
+
+Every pip step after torch is constrained to the torch the environment has (``-c`` of a file
+that pins it), so no step can replace it.
 
 Commands:
 
@@ -39,21 +47,23 @@ declares. Standard library only: it runs before anything is installed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_EXTRAS = "[test]"
-# mmcv's setup.py imports these at build time (no build isolation); setuptools comes from
-# pyproject's [build-system], mmengine's pin from its dependencies
-BUILD_TOOLS = ("wheel", "ninja", "numpy")
+EXTRAS = ("test", "deepspeed")          # whose dependencies project-deps installs
+BUILD_TOOLS = ("wheel",)
+# the file each step after torch is constrained by: in setup.sh's .venv, in asv's env_dir
+CONSTRAINTS = "swinkit-constraints.txt"
+STAND_IN = "_swinkit_mmcv_stand_in"     # the module name the .pth line imports
 
 
 @dataclass(frozen=True)
@@ -66,76 +76,128 @@ class Step:
     env: tuple[str, ...] = ()
 
 
-def _requirement(reqs: list[str], name: str) -> str:
-    """The one requirement of ``name`` in ``reqs``, spaces removed (setup.sh splits on them)."""
-    found = [r.replace(" ", "") for r in reqs
-             if re.match(rf"{re.escape(name)}\s*([=<>!~;\[]|$)", r)]
-    if len(found) != 1:
-        raise ValueError(f"pyproject.toml must list {name} exactly once here, got {found}")
-    return found[0]
+def _name(requirement: str) -> str:
+    """``mmcv==2.1.0`` -> ``mmcv``, ``pydantic>=2`` -> ``pydantic`` (lower case)."""
+    return re.match(r"[A-Za-z0-9._-]+", requirement).group(0).lower().replace("_", "-")
 
 
-def steps(pyproject: Path = ROOT / "pyproject.toml", environ: dict | None = None,
-          cpus: int | None = None) -> tuple[Step, ...]:
-    """The environment's steps in install order (the module docstring says why each)."""
-    meta = tomllib.loads(pyproject.read_text())
-    deps = meta["project"]["dependencies"]
-    extra = meta["project"]["optional-dependencies"]["deepspeed"]
-    torch = _requirement(deps, "torch")
-    deepspeed = _requirement(extra, "deepspeed")
-    plan = _setup_plan()
-    mmcv_env = plan.mmcv_build_env(os.environ if environ is None else environ,
-                                   plan.cpu_count() if cpus is None else cpus)
+def requires_dist(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """pyproject.toml's dependencies as a wheel's ``Requires-Dist`` lines (extras as markers)."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra, reqs in project.get("optional-dependencies", {}).items():
+        lines += [f'{r}; extra == "{extra}"' for r in reqs]
+    return lines
+
+
+def wheel_requires_dist(wheel: str) -> list[str]:
+    """The ``Requires-Dist`` lines of a built wheel (an old commit's pins, as it declared them)."""
+    with zipfile.ZipFile(wheel) as whl:
+        meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        text = whl.read(meta).decode()
+    return [line.split(":", 1)[1].strip() for line in text.splitlines()
+            if line.startswith("Requires-Dist:")]
+
+
+def project_deps(lines: list[str], keep_mmcv: bool = False) -> tuple[str, ...]:
+    """What project-deps installs from ``Requires-Dist`` lines (see the module docstring).
+
+    >>> project_deps(["torch==2.13.0", "mmcv==2.1.0", "numpy", 'pytest>=8; extra == "test"',
+    ...               'deepspeed==0.19.8; extra == "deepspeed"', 'hjson; extra == "deepspeed"',
+    ...               'tensorboard; extra == "trace"'])
+    ('mmcv-lite==2.1.0', 'numpy', 'pytest>=8', 'hjson')
+    >>> project_deps(["mmcv-lite==2.1.0", "numpy"], keep_mmcv=True)
+    ('numpy',)
+    """
+    out = []
+    for line in lines:
+        req, _, marker = (part.strip() for part in line.partition(";"))
+        extra = re.fullmatch(r'extra\s*==\s*["\']([^"\']+)["\']', marker)
+        if (marker and not extra) or (extra and extra.group(1) not in EXTRAS):
+            continue  # another extra, or a marker none of swinkit's pins uses
+        req = req.replace(" ", "")
+        name = _name(req)
+        if name in ("torch", "deepspeed") or (keep_mmcv and name in ("mmcv", "mmcv-lite")):
+            continue
+        out.append("mmcv-lite" + req[len("mmcv"):] if name == "mmcv" else req)
+    return tuple(out)
+
+
+def reference_torch(root: Path = ROOT) -> str:
+    """``2.13.0``: swinkit/supported.py's TORCH_REFERENCE (read as text: no import)."""
+    text = (root / "swinkit" / "supported.py").read_text()
+    return re.search(r'^TORCH_REFERENCE = "([^"]+)"', text, re.M).group(1)
+
+
+def steps(lines: list[str] | None = None, keep_mmcv: bool = False,
+          pyproject: Path = ROOT / "pyproject.toml") -> tuple[Step, ...]:
+    """The environment's pip steps in install order (the module docstring says why each);
+    ``lines``: the project's ``Requires-Dist`` (default: pyproject.toml's)."""
+    lines = requires_dist(pyproject) if lines is None else lines
+    deepspeed = [r.split(";")[0].replace(" ", "") for r in lines
+                 if _name(r) == "deepspeed"]
+    if len(deepspeed) != 1:
+        raise ValueError(f"the project must declare deepspeed exactly once, got {deepspeed}")
+    build = tomllib.loads(pyproject.read_text())["build-system"]["requires"]
+    setuptools = [r.replace(" ", "") for r in build if _name(r) == "setuptools"]
     return (
-        Step("torch", (torch,)),
-        Step("build", (_requirement(meta["build-system"]["requires"], "setuptools"),
-                       *BUILD_TOOLS, _requirement(deps, "mmengine"))),
-        Step("mmcv", (_requirement(deps, "mmcv"),), ("--no-build-isolation",), tuple(mmcv_env)),
-        Step("project", ("PROJECT",), ("--no-build-isolation",)),
-        Step("deepspeed-deps", (torch, *(r.replace(" ", "") for r in extra
-                                         if r.replace(" ", "") != deepspeed))),
-        Step("deepspeed", (deepspeed,), ("--no-deps", "--no-build-isolation"),
+        Step("torch", (f"torch=={reference_torch(pyproject.parent)}",)),
+        Step("build", (*setuptools, *BUILD_TOOLS)),
+        Step("project-deps", project_deps(lines, keep_mmcv)),
+        Step("project", ("PROJECT",), ("--no-build-isolation", "--no-deps")),
+        Step("deepspeed", tuple(deepspeed), ("--no-deps", "--no-build-isolation"),
              ("DS_BUILD_OPS=0",)),
     )
 
 
-def _setup_plan():
-    """tools/setup_plan.py (tools/ is scripts, not a package), registered as ``setup_plan``."""
-    if "setup_plan" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("setup_plan",
-                                                      Path(__file__).with_name("setup_plan.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["setup_plan"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["setup_plan"]
+def install_stand_in(site: Path | None = None) -> Path:
+    """Copy swinkit's stand-in for ``mmcv._ext`` into ``site`` (this interpreter's
+    site-packages) with a ``.pth`` line that installs it at every interpreter start."""
+    site = Path(site or sysconfig.get_paths()["purelib"])
+    shutil.copyfile(ROOT / "swinkit" / "mmcv_stand_in.py", site / f"{STAND_IN}.py")
+    pth = site / f"{STAND_IN}.pth"
+    pth.write_text(f"import {STAND_IN}; {STAND_IN}.install()\n")
+    return pth
 
 
-def pip_args(step: Step, project: list[str]) -> list[str]:
-    """pip install's arguments for ``step``; ``project`` replaces the project placeholder.
+def pip_args(step: Step, project: list[str], constraints: str | None = None,
+             source: tuple[str, ...] = ()) -> list[str]:
+    """pip install's arguments for ``step``; ``project`` replaces the project placeholder;
+    every step but torch's is constrained by ``constraints`` (a file pinning the torch there).
 
-    >>> pip_args(Step("project", ("PROJECT",), ("--no-build-isolation",)), ["-e", ".[test]"])
-    ['--no-build-isolation', '-e', '.[test]']
+    >>> pip_args(Step("project", ("PROJECT",), ("--no-deps",)), ["-e", "."],
+    ...          ".venv/swinkit-constraints.txt")
+    ['--no-deps', '-c', '.venv/swinkit-constraints.txt', '-e', '.']
     """
     reqs = [w for r in step.requirements for w in (project if r == "PROJECT" else [r])]
-    return [*step.flags, *reqs]
+    pin = ["-c", constraints] if constraints and step.name != "torch" else []
+    return [*source, *step.flags, *pin, *reqs]
 
 
-def command(step: Step, python: str, project: list[str]) -> list[str]:
+def command(step: Step, python: str, project: list[str], constraints: str | None) -> list[str]:
     """The whole command of ``step``: ``env`` words first where it has any."""
     pip = [python, "-m", "pip", "--disable-pip-version-check", "install",
-           *pip_args(step, project)]
+           *pip_args(step, project, constraints)]
     return ["env", *step.env, *pip] if step.env else pip
 
 
 def install(wheel: str, dry_run: bool = False) -> int:
-    """Every step into this interpreter, the project from ``wheel`` with its test extra."""
-    for step in steps():
-        cmd = command(step, sys.executable, [wheel + PROJECT_EXTRAS])
+    """Every step into this interpreter (asv's environment, run in its env_dir), the project
+    from ``wheel``; after torch, a constraints file pins the torch there."""
+    constraints = str(Path(CONSTRAINTS).resolve())
+    for step in steps(wheel_requires_dist(wheel)):
+        cmd = command(step, sys.executable, [wheel], constraints)
         if dry_run:
             print(json.dumps(cmd))
-            continue
-        print(f"[env_spec] {step.name}: {' '.join(cmd)}", flush=True)
-        subprocess.run(cmd, check=True)
+        else:
+            print(f"[env_spec] {step.name}: {' '.join(cmd)}", flush=True)
+            subprocess.run(cmd, check=True)
+        if step.name == "torch" and not dry_run:
+            Path(constraints).write_text(f"{step.requirements[0]}\n")
+    if dry_run:
+        print(json.dumps(["stand-in"]))
+    else:
+        print(f"[env_spec] stand-in: {install_stand_in()}", flush=True)
     return 0
 
 
@@ -143,7 +205,14 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
     step = sub.add_parser("step", help="one step's env words and pip arguments (setup.sh)")
-    step.add_argument("name", choices=[s.name for s in steps(environ={}, cpus=1)])
+    step.add_argument("name", choices=[s.name for s in steps()])
+    step.add_argument("--keep-mmcv", action="store_true",
+                      help="a compiled mmcv is there: leave mmcv(-lite) out")
+    step.add_argument("--constraints", help="the file pinning the environment's torch")
+    step.add_argument("--source", default="",
+                      help="pip's source flags as one string (tools/setup_plan.py pip-source)")
+    sub.add_parser("stand-in", help="install the mmcv._ext stand-in's .pth into this "
+                                    "interpreter's site-packages")
     inst = sub.add_parser("install", help="every step into this interpreter (asv)")
     inst.add_argument("wheel", help="the project's wheel (asv's {wheel_file})")
     inst.add_argument("--dry-run", action="store_true",
@@ -155,12 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     if args.what == "install":
         return install(args.wheel, args.dry_run)
-    step = next(s for s in steps() if s.name == args.name)
-    args = pip_args(step, ["-e", "." + PROJECT_EXTRAS])
-    if any(not w or " " in w for w in (*step.env, *args)):
-        raise ValueError(f"step {step.name}: setup.sh splits on spaces: {step.env} {args}")
+    if args.what == "stand-in":
+        print(install_stand_in())
+        return 0
+    step = next(s for s in steps(keep_mmcv=args.keep_mmcv) if s.name == args.name)
+    words = pip_args(step, ["-e", "."], args.constraints,
+                     tuple(args.source.split()))
+    if any(not w or " " in w for w in (*step.env, *words)):
+        raise ValueError(f"step {step.name}: setup.sh splits on spaces: {step.env} {words}")
     print(" ".join(step.env))
-    print(" ".join(args))
+    print(" ".join(words))
     return 0
 
 

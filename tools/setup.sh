@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Set up swinkit's environment in .venv/ at the repository root. Idempotent: a second run on a
-# ready machine only checks the stamp and imports (seconds).
+# ready machine only checks the stamp and imports (seconds). Nothing is compiled.
 #
-#   bash tools/setup.sh           # everything (the README's commands call this)
+#   bash tools/setup.sh                                  # the README's commands call this
+#   PYTHON=python3.12 bash tools/setup.sh                # a GPU node's Python and its torch
+#   SWINKIT_WHEELHOUSE=$PWD/wheels bash tools/setup.sh   # offline: tools/wheelhouse.py made it
 #
-# Steps: 1 venv, 2 torch + build tools, 3 mmcv 2.1.0 from source with its ops (~15 min on 2
-# cores the first time; pip caches the wheel, so later machines/venvs reuse it), 4 swinkit
-# editable with its test extras, 5 DeepSpeed (pinned, pure Python: its C++/CUDA ops are left to
-# build on demand, DS_BUILD_OPS=0; --no-deps so it can never replace torch). A failed step says
-# which one and how to retry.
-#
-# On a GPU machine (tools/setup_plan.py makes these choices; `python3.11 tools/setup_plan.py
-# show` prints them): a CUDA build of the pinned torch that $PYTHON already has is kept (the
-# venv shares its packages; SWINKIT_REUSE_TORCH=0 gives a venv of its own), and mmcv is built
-# with its CPU ops only, CUDA hidden (SWINKIT_MMCV_CUDA=1 builds its CUDA ops, which need an
-# nvcc matching torch's CUDA). MAX_JOBS defaults to the cores this process may use.
+# Steps: 0 check (Python 3.11-3.13; a torch there is 2.5 or newer; the wheelhouse is whole)
+# before anything is installed, 1 venv, 2 torch (the one the Python has is kept: the venv shares
+# its packages; else the reference 2.13.0) and build tools, 3 swinkit editable with its
+# dependencies (mmcv-lite, no compiler) and test extras, 4 DeepSpeed (pinned, pure Python: its
+# C++/CUDA ops build on demand, DS_BUILD_OPS=0; --no-deps), 5 the stand-in for mmcv's compiled
+# ops in every interpreter of the venv. Every pip step after 2 is constrained to the venv's
+# torch, so nothing replaces it. tools/setup_plan.py makes the choices (`python3 tools/
+# setup_plan.py show` prints them); tools/env_spec.py lists what each step installs. A failed
+# step says which one and how to retry.
 set -euo pipefail
 # bash before 4.4 (still on some clusters) reads an empty array's "${a[@]}" as unbound under
 # set -u; the plan's answers may be empty arrays, so there unset variables are not errors
@@ -22,64 +22,77 @@ if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); 
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv
-STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py tools/env_spec.py | sha256sum | cut -c1-16)
+STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py tools/env_spec.py \
+    swinkit/supported.py swinkit/mmcv_stand_in.py | sha256sum | cut -c1-16)
 STAMP="$VENV/.swinkit-setup-$STAMP_KEY"
+CONSTRAINTS="$VENV/swinkit-constraints.txt"
 
 step() { echo "[setup] step $1/5: $2"; CURRENT="$1 ($2)"; }
 fail() { echo "[setup] FAILED at step $CURRENT. Fix the error above and re-run: bash tools/setup.sh" >&2; }
+CURRENT="0 (checks)"
 trap fail ERR
 
+command -v "$PY" >/dev/null || { echo "[setup] $PY not found: install Python 3.11-3.13 or set PYTHON=" >&2; false; }
 "$PY" tools/fetch_asv_assets.py || echo "[setup] warning: the offline asv page's libraries were not fetched (see above); tools/suite.py will name what is missing" >&2
 
-if [ -f "$STAMP" ] && "$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models" 2>/dev/null; then
+if [ -f "$STAMP" ] && "$VENV/bin/python" -c "import swinkit, mmseg.models" 2>/dev/null; then
     echo "[setup] environment ready ($VENV)"
     exit 0
 fi
 
+echo "[setup] step 0/5: checks ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
+"$PY" tools/setup_plan.py check --python "$PY"
+read -r -a SOURCE <<< "$("$PY" tools/setup_plan.py pip-source)"
+[ ${#SOURCE[@]} -eq 0 ] || echo "[setup]   offline: pip installs from ${SOURCE[*]: -1} only"
+
 step 1 "virtual environment $VENV ($PY)"
-command -v "$PY" >/dev/null || { echo "[setup] $PY not found: install Python 3.11 or set PYTHON=" >&2; false; }
 if [ ! -x "$VENV/bin/python" ]; then
     # each answer is one line of words, none with spaces; a failing plan stops the set-up here
-    plan=$("$PY" tools/setup_plan.py venv-flags --python "$PY")
-    read -r -a VENV_FLAGS <<< "$plan"
-    [ ${#VENV_FLAGS[@]} -eq 0 ] || echo "[setup]   sharing $PY's CUDA torch (${VENV_FLAGS[*]})"
+    read -r -a VENV_FLAGS <<< "$("$PY" tools/setup_plan.py venv-flags --python "$PY")"
+    [ ${#VENV_FLAGS[@]} -eq 0 ] || echo "[setup]   sharing $PY's torch (${VENV_FLAGS[*]})"
     "$PY" -m venv "${VENV_FLAGS[@]}" "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
-step 2 "torch 2.13.0 and build tools"
-plan=$("$VENV/bin/python" tools/setup_plan.py torch-requirement)
-read -r -a TORCH_REQ <<< "$plan"
-[ ${#TORCH_REQ[@]} -gt 0 ] || echo "[setup]   torch already installed and supported: kept"
-# what each step installs is tools/env_spec.py's list, which asv's history mode installs too
-plan=$("$VENV/bin/python" tools/env_spec.py step build)
-{ read -r -a BUILD_ENV; read -r -a BUILD_ARGS; } <<< "$plan"
-env "${BUILD_ENV[@]}" "${PIP[@]}" install -q "${TORCH_REQ[@]}" "${BUILD_ARGS[@]}"
+pip_step() {  # pip_step NAME [--keep-mmcv]: tools/env_spec.py's step, constrained to the torch
+    local plan envw args
+    plan=$("$VENV/bin/python" tools/env_spec.py step "$@" --constraints "$CONSTRAINTS" \
+           --source "${SOURCE[*]}")
+    { read -r -a envw; read -r -a args; } <<< "$plan"
+    env "${envw[@]}" "${PIP[@]}" install -q "${args[@]}"
+}
 
-step 3 "mmcv 2.1.0 with ops (from source once; cached wheel afterwards)"
-if ! "$VENV/bin/python" -c "import mmcv.ops" 2>/dev/null; then
-    plan=$("$VENV/bin/python" tools/env_spec.py step mmcv)   # env: tools/setup_plan.py mmcv-env
-    { read -r -a MMCV_ENV; read -r -a MMCV_ARGS; } <<< "$plan"
-    echo "[setup]   building mmcv: about 15 minutes on 2 cores the first time (env ${MMCV_ENV[*]})"
-    env "${MMCV_ENV[@]}" "${PIP[@]}" install "${MMCV_ARGS[@]}"
+step 2 "torch and build tools"
+read -r -a TORCH_REQ <<< "$("$VENV/bin/python" tools/setup_plan.py torch-requirement --python "$VENV/bin/python")"
+if [ ${#TORCH_REQ[@]} -gt 0 ]; then
+    "${PIP[@]}" install -q "${SOURCE[@]}" "${TORCH_REQ[@]}"
+else
+    echo "[setup]   torch already there and supported: kept"
 fi
+# pin the venv's torch for every later step (a local label such as +cu130 pins that build)
+"$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__)" 2>/dev/null > "$CONSTRAINTS"
+echo "[setup]   $(cat "$CONSTRAINTS") (every later step is constrained to it)"
+pip_step build
 
-step 4 "swinkit (editable) with test extras"
-plan=$("$VENV/bin/python" tools/env_spec.py step project)
-{ read -r -a PROJECT_ENV; read -r -a PROJECT_ARGS; } <<< "$plan"
-env "${PROJECT_ENV[@]}" "${PIP[@]}" install -q "${PROJECT_ARGS[@]}"
-"$VENV/bin/python" -c "import swinkit, mmcv.ops, mmseg.models"
-
-step 5 "DeepSpeed 0.19.8 (ops build on demand: DS_BUILD_OPS=0)"
-if ! "$VENV/bin/python" -c "import deepspeed" 2>/dev/null; then
-    plan=$("$VENV/bin/python" tools/env_spec.py step deepspeed-deps)   # with the torch pin
-    { read -r -a DEPS_ENV; read -r -a DEPS_ARGS; } <<< "$plan"
-    env "${DEPS_ENV[@]}" "${PIP[@]}" install -q "${DEPS_ARGS[@]}"
-    plan=$("$VENV/bin/python" tools/env_spec.py step deepspeed)   # DS_BUILD_OPS=0, --no-deps
-    { read -r -a DS_ENV; read -r -a DS_ARGS; } <<< "$plan"
-    env "${DS_ENV[@]}" "${PIP[@]}" install -q "${DS_ARGS[@]}"
+step 3 "swinkit (editable) with its dependencies and test extras"
+KEEP=()
+if [ -n "$("$VENV/bin/python" tools/setup_plan.py keep-mmcv --python "$VENV/bin/python")" ]; then
+    echo "[setup]   a compiled mmcv is already here: kept (mmcv-lite not installed)"
+    KEEP=(--keep-mmcv)
 fi
-"$VENV/bin/python" -c "import torch, deepspeed; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+pip_step project-deps "${KEEP[@]}"
+pip_step project
+
+step 4 "DeepSpeed 0.19.8 (ops build on demand: DS_BUILD_OPS=0)"
+"$VENV/bin/python" -c "import deepspeed" 2>/dev/null || pip_step deepspeed
+
+step 5 "the stand-in for mmcv's compiled ops, in every interpreter of $VENV"
+"$VENV/bin/python" tools/env_spec.py stand-in >/dev/null
+ready=$("$VENV/bin/python" -c "import mmseg.models, deepspeed, swinkit.cli, torch
+from swinkit.mmcv_stand_in import in_use
+print('[setup]   torch', torch.__version__, '| mmcv ops:', 'stand-in (none compiled)' if in_use() else 'compiled')" 2>&1) \
+    || { echo "$ready" >&2; false; }
+echo "$ready" | grep -v "Setting accelerator" || true
 rm -f "$VENV"/.swinkit-setup-*
 touch "$STAMP"
 echo "[setup] environment ready ($VENV)"

@@ -1,44 +1,62 @@
-"""The choices tools/setup.sh makes from what the machine already has: which torch to keep, how
-to build mmcv.
+"""The choices tools/setup.sh makes from what the machine already has: whether the Python is one
+swinkit runs on, which torch to keep, whether a full mmcv is already there, where pip installs
+from.
 
 Example (what the set-up would do here, in words)::
 
     python3.11 tools/setup_plan.py show
 
-``tools/setup.sh`` asks for one answer at a time (mmcv-env through ``tools/env_spec.py``, the one
-list of what the environment installs), each printed on one line as the arguments the
+``tools/setup.sh`` asks for one answer at a time, each printed on one line as the words the
 shell passes on:
 
-    venv-flags         ``--system-site-packages`` when the base interpreter already has a
-                       CUDA build of a torch release swinkit supports, so the venv uses it
-                       instead of downloading a second torch (``SWINKIT_REUSE_TORCH=0``: never)
-    torch-requirement  ``torch==<pin>``, or nothing when the interpreter's torch is supported
-    mmcv-env           the ``env`` arguments of mmcv's source build: its CPU ops only, with
-                       CUDA hidden and FORCE_CUDA unset (swinkit only needs ``mmcv.ops`` to
-                       import; the CUDA ops need a matching nvcc and take hours on a few
-                       cores); ``SWINKIT_MMCV_CUDA=1`` builds the CUDA ops too. MAX_JOBS is the
-                       user's, or this process's core count
+    check              nothing, or exit 2 with the reason: this Python is outside 3.11-3.13, its
+                       torch is older than 2.5, or the wheelhouse lacks a package (by name)
+    venv-flags         ``--system-site-packages`` when the base interpreter already has a torch
+                       swinkit supports, CPU or CUDA build, so the venv keeps it instead of
+                       installing a second one (``SWINKIT_REUSE_TORCH=0``: never)
+    torch-requirement  ``torch==<reference>``, or nothing when the interpreter's torch is kept
+    keep-mmcv          ``yes`` when a compiled mmcv that MMSegmentation accepts already loads
+                       (a full mmcv the user built: used as is, mmcv-lite not installed)
+    pip-source         ``--no-index --find-links DIR`` with ``SWINKIT_WHEELHOUSE=DIR`` (an
+                       offline node; tools/wheelhouse.py writes DIR), else nothing
 
-Supported torch: the release pyproject.toml pins (mmcv 2.1.0, the newest mmsegmentation 1.2.2
-accepts, compiles only against torch <= 2.13 headers), in any build (``2.13.0+cu126``).
-Standard library only: it runs before the virtual environment exists.
+Supported releases: ``swinkit/supported.py``, the one list. Standard library only: it runs
+before the virtual environment exists.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ("import json, torch; "
          "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))")
+# a compiled mmcv that loads, at a version MMSegmentation 1.2.2 accepts (2.0.0rc4 <= v < 2.2.0)
+MMCV_PROBE = ("import importlib.util as u, mmcv; "
+              "assert u.find_spec('mmcv._ext') is not None; import mmcv._ext; "
+              "v = tuple(int(p) for p in mmcv.__version__.split('.')[:2]); "
+              "assert (2, 0) <= v < (2, 2), mmcv.__version__")
 PROBE_TIMEOUT_S = 300   # importing torch from a shared file system can take minutes
+
+
+def _module(name: str, path: Path):
+    """A module of this checkout by file path, without importing the package around it."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+supported = _module("swinkit_supported", ROOT / "swinkit" / "supported.py")
+wheelhouse = _module("swinkit_wheelhouse", ROOT / "tools" / "wheelhouse.py")
 
 
 @dataclass(frozen=True)
@@ -48,95 +66,97 @@ class Torch:
     cuda: str | None = None
 
 
-def torch_pin(pyproject: Path = ROOT / "pyproject.toml") -> str:
-    """The torch release pyproject.toml pins: ``2.13.0`` (from ``torch==2.13.0``) or a
-    series ``2.13.*``; any other form of requirement is refused."""
-    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-    reqs = [d.replace(" ", "") for d in deps if re.match(r"torch\s*[=<>!~]", d)]
-    if len(reqs) != 1 or not re.fullmatch(r"torch==\d+\.\d+(\.\d+|\.\*)", reqs[0]):
-        raise ValueError(f"pyproject.toml must pin torch as torch==X.Y.Z or X.Y.*, got {reqs}")
-    return reqs[0].removeprefix("torch==")
+def keepable(torch: Torch | None) -> bool:
+    """Whether ``torch`` is one swinkit runs on (any build); raises below the minimum.
 
-
-def supported(torch: Torch | None, pin: str) -> bool:
-    """Whether ``torch`` satisfies the pin, whatever its build label (``+cu126``, ``+cpu``).
-
-    >>> supported(Torch("2.13.0+cu126", "12.6"), "2.13.0"), supported(Torch("2.14.0"), "2.13.0")
-    (True, False)
-    >>> supported(Torch("2.13.1"), "2.13.*"), supported(None, "2.13.0")
-    (True, False)
+    >>> keepable(Torch("2.11.0+cu130", "13.0")), keepable(Torch("2.5.1")), keepable(None)
+    (True, True, False)
     """
     if torch is None:
         return False
-    release = torch.version.split("+")[0]
-    return release.startswith(pin[:-1]) if pin.endswith(".*") else release == pin
+    supported.check_torch(torch.version)  # ValueError below the minimum
+    return True
 
 
-def venv_flags(base: Torch | None, pin: str, environ: dict) -> list[str]:
-    """``python -m venv`` flags: share the base interpreter's packages when it has a CUDA build
-    of a supported torch, so the set-up keeps that torch (and its CUDA libraries). A CPU torch
-    is not worth sharing: the venv gets its own, as on any fresh CPU machine."""
+def _reuse(environ: dict) -> bool:
     reuse = environ.get("SWINKIT_REUSE_TORCH", "1")
     if reuse not in ("0", "1"):
         raise ValueError(f"SWINKIT_REUSE_TORCH must be 0 or 1, got {reuse!r}")
-    keep = reuse == "1" and supported(base, pin) and base.cuda is not None
-    return ["--system-site-packages"] if keep else []
+    return reuse == "1"
 
 
-def torch_requirement(current: Torch | None, pin: str, gpu_node: bool = False,
+def venv_flags(base: Torch | None, environ: dict) -> list[str]:
+    """``python -m venv`` flags: share the base interpreter's packages when it has a torch
+    swinkit supports, so the environment keeps that torch (and its CUDA libraries).
+
+    >>> venv_flags(Torch("2.5.1"), {}), venv_flags(None, {})
+    (['--system-site-packages'], [])
+    >>> venv_flags(Torch("2.11.0+cu130", "13.0"), {"SWINKIT_REUSE_TORCH": "0"})
+    []
+    """
+    if not _reuse(environ):
+        return []
+    return ["--system-site-packages"] if keepable(base) else []
+
+
+def torch_requirement(current: Torch | None, gpu_node: bool = False,
                       environ: dict | None = None) -> list[str]:
-    """What pip must install for torch: nothing when the interpreter's torch is supported (a
-    CUDA build stays), else the pin (an unsupported torch is replaced).
+    """What pip must install for torch: nothing when the interpreter's torch is kept, else the
+    reference release.
 
     A CPU build on a machine with an NVIDIA driver (a ``.venv`` first made on a CPU machine,
     a pip pointed at a CPU index) would be kept silently, every backend would resolve to gloo
     and the GPU check would skip: that is refused with what to do, unless
     ``SWINKIT_ALLOW_CPU_TORCH=1``.
 
-    >>> torch_requirement(Torch("2.13.0+cpu"), "2.13.0"), torch_requirement(Torch("2.12.0"), "2.13.0")
+    >>> torch_requirement(Torch("2.5.1+cpu")), torch_requirement(None)
     ([], ['torch==2.13.0'])
-    >>> torch_requirement(Torch("2.13.0+cpu"), "2.13.0", gpu_node=True)
+    >>> torch_requirement(Torch("2.13.0+cpu"), gpu_node=True)
     Traceback (most recent call last):
     ...
-    ValueError: torch 2.13.0+cpu (CPU build) is installed but this machine has an NVIDIA driver: remove .venv and run tools/setup.sh again (pip then installs torch==2.13.0 with CUDA), or set SWINKIT_ALLOW_CPU_TORCH=1 to keep it
+    ValueError: torch 2.13.0+cpu (CPU build) is installed but this machine has an NVIDIA driver: remove .venv and run tools/setup.sh with a Python whose torch is a CUDA build (or SWINKIT_REUSE_TORCH=0 for pip's default torch==2.13.0), or set SWINKIT_ALLOW_CPU_TORCH=1 to keep it
     """
-    allow = (environ or {}).get("SWINKIT_ALLOW_CPU_TORCH", "0")
+    environ = environ or {}
+    allow = environ.get("SWINKIT_ALLOW_CPU_TORCH", "0")
     if allow not in ("0", "1"):
         raise ValueError(f"SWINKIT_ALLOW_CPU_TORCH must be 0 or 1, got {allow!r}")
-    if supported(current, pin):
-        if gpu_node and current.cuda is None and allow == "0":
-            raise ValueError(f"{describe(current)} is installed but this machine has an NVIDIA "
-                             "driver: remove .venv and run tools/setup.sh again (pip then "
-                             f"installs torch=={pin} with CUDA), or set SWINKIT_ALLOW_CPU_TORCH=1 "
-                             "to keep it")
-        return []
-    return [f"torch=={pin}"]
+    if not keepable(current):
+        return [f"torch=={supported.TORCH_REFERENCE}"]
+    if gpu_node and current.cuda is None and allow == "0":
+        raise ValueError(f"{describe(current)} is installed but this machine has an NVIDIA "
+                         "driver: remove .venv and run tools/setup.sh with a Python whose torch "
+                         "is a CUDA build (or SWINKIT_REUSE_TORCH=0 for pip's default "
+                         f"torch=={supported.TORCH_REFERENCE}), or set "
+                         "SWINKIT_ALLOW_CPU_TORCH=1 to keep it")
+    return []
+
+
+def pip_source(environ: dict) -> list[str]:
+    """pip's source flags: a wheelhouse with no index (``SWINKIT_WHEELHOUSE``), or the default.
+
+    >>> pip_source({}), pip_source({"SWINKIT_WHEELHOUSE": "/w"})
+    ([], ['--no-index', '--find-links', '/w'])
+    """
+    where = environ.get("SWINKIT_WHEELHOUSE", "")
+    return ["--no-index", "--find-links", where] if where else []
+
+
+def check(python_version: tuple[int, ...], base: Torch | None, environ: dict) -> list[str]:
+    """Refuse what cannot work before anything is installed (ValueError); the set-up's notes."""
+    supported.check_python(python_version)
+    notes = []
+    if base is not None and _reuse(environ):
+        warning = supported.check_torch(base.version)   # ValueError below the minimum
+        notes.append(f"keeping {describe(base)}" + (f"; {warning}" if warning else ""))
+    if environ.get("SWINKIT_WHEELHOUSE"):
+        wheelhouse.check(Path(environ["SWINKIT_WHEELHOUSE"]), python_version,
+                         need_torch=base is None or not _reuse(environ))
+    return notes
 
 
 def gpu_node() -> bool:
     """Whether the NVIDIA kernel driver is loaded here (what torch's CUDA build needs)."""
     return os.path.exists("/proc/driver/nvidia/version")
-
-
-def mmcv_build_env(environ: dict, cpus: int) -> list[str]:
-    """``env`` arguments for ``pip install mmcv`` from source.
-
-    mmcv's setup.py compiles its CUDA ops when ``torch.cuda.is_available()`` or
-    ``FORCE_CUDA=1``; by default neither may hold (CPU ops are all swinkit needs).
-
-    >>> mmcv_build_env({"FORCE_CUDA": "1"}, 16)
-    ['-u', 'FORCE_CUDA', 'CUDA_VISIBLE_DEVICES=', 'MMCV_WITH_OPS=1', 'MAX_JOBS=16']
-    >>> mmcv_build_env({"SWINKIT_MMCV_CUDA": "1", "MAX_JOBS": "4"}, 16)
-    ['FORCE_CUDA=1', 'MMCV_WITH_OPS=1', 'MAX_JOBS=4']
-    """
-    cuda = environ.get("SWINKIT_MMCV_CUDA", "0") or "0"
-    if cuda not in ("0", "1"):
-        raise ValueError(f"SWINKIT_MMCV_CUDA must be 0 or 1, got {cuda!r}")
-    jobs = environ.get("MAX_JOBS") or str(cpus)
-    if not jobs.isdigit() or int(jobs) < 1:
-        raise ValueError(f"MAX_JOBS must be a whole number >= 1, got {jobs!r}")
-    device = ["FORCE_CUDA=1"] if cuda == "1" else ["-u", "FORCE_CUDA", "CUDA_VISIBLE_DEVICES="]
-    return [*device, "MMCV_WITH_OPS=1", f"MAX_JOBS={jobs}"]
 
 
 def probe_torch(python: str) -> Torch | None:
@@ -153,9 +173,11 @@ def probe_torch(python: str) -> Torch | None:
     return Torch(info["version"], info["cuda"])
 
 
-def cpu_count() -> int:
-    """Cores this process may run on (a cgroup or taskset limit, not the machine's total)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+def probe_full_mmcv(python: str) -> bool:
+    """Whether ``python`` loads a compiled mmcv that MMSegmentation 1.2.2 accepts."""
+    proc = subprocess.run([python, "-c", MMCV_PROBE], capture_output=True, text=True,
+                          timeout=PROBE_TIMEOUT_S, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    return proc.returncode == 0
 
 
 def describe(torch: Torch | None) -> str:
@@ -165,46 +187,59 @@ def describe(torch: Torch | None) -> str:
     return f"torch {torch.version} ({'CUDA ' + torch.cuda if torch.cuda else 'CPU build'})"
 
 
+def python_version(python: str) -> tuple[int, ...]:
+    """``python``'s version_info, e.g. (3, 12, 3)."""
+    out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"],
+                         capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=True)
+    return tuple(int(p) for p in out.stdout.split())
+
+
 def answer(what: str, python: str, environ: dict) -> list[str]:
     """One answer for tools/setup.sh (see the module docstring)."""
-    if what == "mmcv-env":
-        return mmcv_build_env(environ, cpu_count())
-    pin = torch_pin()
+    if what == "pip-source":
+        return pip_source(environ)
+    if what == "keep-mmcv":
+        return ["yes"] if probe_full_mmcv(python) else []
     found = probe_torch(python)
+    if what == "check":
+        for note in check(python_version(python), found, environ):
+            print(f"[setup]   {note}", file=sys.stderr)
+        return []
     if what == "venv-flags":
-        return venv_flags(found, pin, environ)
-    return torch_requirement(found, pin, gpu_node(), environ)
+        return venv_flags(found, environ)
+    return torch_requirement(found, gpu_node(), environ)
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["venv-flags", "torch-requirement", "mmcv-env", "show"])
+    p.add_argument("what", choices=["check", "venv-flags", "torch-requirement", "keep-mmcv",
+                                    "pip-source", "show"])
     p.add_argument("--python", default=sys.executable,
-                   help="the interpreter whose torch is looked at (default: this one)")
+                   help="the interpreter looked at (default: this one)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     environ = dict(os.environ)
-    if args.what != "show":
-        try:
-            print(" ".join(answer(args.what, args.python, environ)))
-        except ValueError as exc:
-            print(f"[setup] {exc}", file=sys.stderr)
-            return 2
-        return 0
-    found = probe_torch(args.python)
-    pin = torch_pin()
-    print(f"{args.python}: {describe(found)}; swinkit supports torch=={pin}")
-    print(f"venv flags:        {' '.join(venv_flags(found, pin, environ)) or '(none)'}")
     try:
-        wanted = " ".join(torch_requirement(found, pin, gpu_node(), environ)) or "(keep the one found)"
+        if args.what != "show":
+            words = answer(args.what, args.python, environ)
+            if args.what != "check":
+                print(" ".join(words))
+            return 0
+        found = probe_torch(args.python)
+        print(f"{args.python}: Python {'.'.join(map(str, python_version(args.python)))}, "
+              f"{describe(found)}; swinkit supports Python 3.11-3.13 and torch >= "
+              f"{'.'.join(map(str, supported.TORCH_MIN))} (tested: "
+              f"{', '.join(supported.TORCH_TESTED)})")
+        print(f"venv flags:        {' '.join(venv_flags(found, environ)) or '(none)'}")
+        wanted = " ".join(torch_requirement(found, gpu_node(), environ))
+        print(f"torch to install:  {wanted or '(keep the one found)'}")
+        print(f"pip installs from: {' '.join(pip_source(environ)) or 'its index'}")
     except ValueError as exc:
-        wanted = f"refused: {exc}"
-    print(f"torch to install:  {wanted}")
-    print(f"mmcv build:        env {' '.join(mmcv_build_env(environ, cpu_count()))} "
-          "pip install --no-build-isolation mmcv==2.1.0")
+        print(f"[setup] {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

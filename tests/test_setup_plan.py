@@ -1,0 +1,171 @@
+"""The set-up's choices (tools/setup_plan.py) from what a machine has, driven with fake
+interpreters: a torch swinkit supports is kept whatever its build and release, one too old or a
+Python outside 3.11-3.13 is refused before anything is installed, and an offline wheelhouse is
+checked against its manifest. The real set-up beside another torch runs in `.ci/run`'s
+compatibility leg (Python 3.12, torch 2.5.1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    import importlib.util
+    if "setup_plan" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("setup_plan", ROOT / "tools" / "setup_plan.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["setup_plan"] = module   # its dataclass looks its own module up
+        spec.loader.exec_module(module)
+    return sys.modules["setup_plan"]
+
+
+def fake_interpreter(tmp_path: Path, torch_version: str | None, cuda: str | None = None) -> dict:
+    """An environment in which this Python imports a stand-in torch of ``torch_version``
+    (None: no torch at all), as a base interpreter with that torch installed would."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    if torch_version is None:
+        body = "raise ModuleNotFoundError(\"No module named 'torch'\")\n"
+    else:
+        body = f"__version__ = {torch_version!r}\nclass version:\n    cuda = {cuda!r}\n"
+    (site / "torch" / "__init__.py").write_text(body)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SWINKIT_REUSE_TORCH", "SWINKIT_WHEELHOUSE", "SWINKIT_ALLOW_CPU_TORCH")}
+    return dict(env, PYTHONPATH=str(site))
+
+
+def run_plan(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "setup_plan.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("version, cuda", [
+    ("2.5.1+cpu", None),           # the oldest supported, a CPU wheel
+    ("2.11.0+cu130", "13.0"),      # what the H100 and H200 machines had
+    ("2.13.0", None),              # the reference itself
+])
+def test_a_supported_torch_is_kept_whatever_its_build(tmp_path, version, cuda):
+    env = fake_interpreter(tmp_path, version, cuda)
+    assert run_plan(env, "venv-flags").stdout.strip() == "--system-site-packages"
+    assert run_plan(env, "torch-requirement").stdout.strip() == ""
+    checked = run_plan(env, "check")
+    assert checked.returncode == 0 and f"keeping torch {version}" in checked.stderr
+
+
+def test_a_fresh_machine_gets_the_reference_torch_in_a_venv_of_its_own(tmp_path):
+    env = fake_interpreter(tmp_path, None)
+    assert run_plan(env, "venv-flags").stdout.strip() == ""
+    assert run_plan(env, "torch-requirement").stdout.strip() == "torch==2.13.0"
+    assert run_plan(env, "check").returncode == 0
+
+
+def test_reuse_off_gives_the_venv_its_own_torch_even_beside_a_good_one(tmp_path):
+    env = dict(fake_interpreter(tmp_path, "2.11.0+cu130", "13.0"), SWINKIT_REUSE_TORCH="0")
+    assert run_plan(env, "venv-flags").stdout.strip() == ""
+    env["SWINKIT_REUSE_TORCH"] = "yes"
+    bad = run_plan(env, "venv-flags")
+    assert bad.returncode == 2 and "SWINKIT_REUSE_TORCH must be 0 or 1, got 'yes'" in bad.stderr
+
+
+def test_a_torch_older_than_2_5_is_refused_before_anything_is_installed(tmp_path):
+    env = fake_interpreter(tmp_path, "2.4.1+cu121", "12.1")
+    out = run_plan(env, "check")
+    assert out.returncode == 2
+    assert "torch 2.4.1+cu121 is older than swinkit supports (2.5 or newer)" in out.stderr
+    assert "SWINKIT_REUSE_TORCH=0" in out.stderr          # what to do instead
+    # with a venv of its own, the old torch of the base is not in the way
+    assert run_plan(dict(env, SWINKIT_REUSE_TORCH="0"), "check").returncode == 0
+
+
+def test_a_torch_newer_than_the_newest_tested_is_kept_with_a_warning(tmp_path):
+    env = fake_interpreter(tmp_path, "2.16.0+cu132", "13.2")
+    out = run_plan(env, "check")
+    assert out.returncode == 0
+    assert "torch 2.16.0+cu132 is newer than the newest release swinkit is tested with" in out.stderr
+    assert run_plan(env, "torch-requirement").stdout.strip() == ""
+
+
+def test_python_outside_3_11_to_3_13_is_refused_naming_the_version(plan):
+    for good in ((3, 11, 7), (3, 12, 3), (3, 13, 0)):
+        plan.supported.check_python(good)
+    for bad, shown in (((3, 10, 13), "3.10.13"), ((3, 14, 0), "3.14.0")):
+        with pytest.raises(ValueError, match=rf"Python {shown} is not supported .*3\.11, 3\.12, 3\.13"):
+            plan.supported.check_python(bad)
+
+
+def test_set_up_refuses_an_unsupported_python_before_making_the_venv(tmp_path):
+    """The whole script, with an interpreter that says it is Python 3.10: it stops at step 0,
+    and no .venv exists afterwards."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["cp", "-r", *(str(ROOT / p) for p in ("tools", "swinkit", "pyproject.toml")),
+                    str(repo)], check=True)
+    old = tmp_path / "python3.10"   # answers version questions as 3.10.13, runs the rest
+    old.write_text("#!/bin/bash\n"
+                   'case "$1 $2" in *version_info*) echo 3 10 13; exit;; *sys.version*) '
+                   "echo 3.10.13; exit;; esac\n"
+                   f'exec {sys.executable} "$@"\n')
+    old.chmod(0o755)
+    out = subprocess.run(["bash", "tools/setup.sh"], cwd=repo, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHON=str(old)), timeout=120)
+    assert out.returncode != 0
+    assert "Python 3.10.13 is not supported" in out.stderr
+    assert "FAILED at step 0" in out.stderr
+    assert not (repo / ".venv").exists()
+
+
+def test_a_cpu_torch_on_a_gpu_node_is_refused_unless_allowed(plan):
+    cpu = plan.Torch("2.13.0+cpu")
+    with pytest.raises(ValueError, match="NVIDIA driver"):
+        plan.torch_requirement(cpu, gpu_node=True)
+    assert plan.torch_requirement(cpu, gpu_node=True, environ={"SWINKIT_ALLOW_CPU_TORCH": "1"}) == []
+    assert plan.torch_requirement(plan.Torch("2.13.0+cu126", "12.6"), gpu_node=True) == []
+
+
+def test_a_wheelhouse_is_checked_against_its_manifest_and_names_what_is_missing(plan, tmp_path):
+    house = tmp_path / "wheels"
+    house.mkdir()
+    files = ["mmcv_lite-2.1.0-py2.py3-none-any.whl", "deepspeed-0.19.8.tar.gz"]
+    for f in files:
+        (house / f).write_bytes(b"")
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "3.12", "platforms": [], "requirements": [], "torch": False, "files": files}))
+    assert plan.wheelhouse.check(house, (3, 12, 3), need_torch=False)["files"] == files
+    with pytest.raises(ValueError, match=r"made for Python 3\.12, this set-up runs Python 3\.11"):
+        plan.wheelhouse.check(house, (3, 11, 7), need_torch=False)
+    with pytest.raises(ValueError, match="no torch to keep and none in"):
+        plan.wheelhouse.check(house, (3, 12, 3), need_torch=True)
+    (house / files[0]).unlink()
+    with pytest.raises(ValueError, match=r"lacks 1 file\(s\) its manifest lists: "
+                                         r"mmcv_lite-2\.1\.0-py2\.py3-none-any\.whl"):
+        plan.wheelhouse.check(house, (3, 12, 3), need_torch=False)
+
+
+def test_the_set_up_check_reads_the_wheelhouse_before_installing(tmp_path):
+    env = dict(fake_interpreter(tmp_path, "2.11.0+cu130", "13.0"),
+               SWINKIT_WHEELHOUSE=str(tmp_path / "nowhere"))
+    out = run_plan(env, "check")
+    assert out.returncode == 2 and "swinkit-wheelhouse.json not found" in out.stderr
+    assert run_plan(env, "pip-source").stdout.split() == [
+        "--no-index", "--find-links", str(tmp_path / "nowhere")]
+
+
+def test_the_tested_releases_span_the_minimum_to_the_reference(plan):
+    """One list says which releases run where; its ends are the minimum and the reference,
+    so a raised minimum or a new reference without a tested run shows here."""
+    s = plan.supported
+    tested = sorted(s.TORCH_TESTED, key=s.release)
+    assert s.release(tested[0])[:2] == s.TORCH_MIN
+    assert s.TORCH_REFERENCE in s.TORCH_TESTED
+    deps = (ROOT / "pyproject.toml").read_text()
+    assert f'"torch>={".".join(map(str, s.TORCH_MIN))}"' in deps
+    assert 'requires-python = ">=3.11,<3.14"' in deps

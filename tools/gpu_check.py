@@ -1,0 +1,171 @@
+"""The GPU check in one command: on a GPU node, after ``bash tools/setup.sh``, the gpu-marked
+tests, a short set of measurements of the thesis preset, and the users' main command (asv run
+and publish for the current commit) timed; one pass/fail table, one JSON.
+
+Example::
+
+    .venv/bin/python tools/gpu_check.py                       # all three parts
+    .venv/bin/python tools/gpu_check.py --parts tests,measure # no asv run
+    .venv/bin/python tools/gpu_check.py --preset test --batch 2 --parts measure   # on a CPU
+
+Parts:
+    tests     ``pytest -m gpu`` over tests/ (the test configuration hides GPUs from every other
+              run); its checks' own table comes along (tests/test_gpu.py)
+    measure   forward/backward of the preset's segmentor at ``--batch`` images with its MFU
+              against the peak of the math it runs in, in a fresh process; one rank's DDP
+              iteration instrumented against the bare loop, interleaved in one launch
+    asv       ``tools/suite.py``: asv run for the current commit (the suite's preset is the
+              thesis on CUDA, ``SWINKIT_PRESET`` otherwise) and asv publish, its wall time
+
+Writes ``OUT/gpu_check.json`` (default results/gpu/), the tests' ``junit.xml`` beside it, and
+prints the table. Exit codes: 0 every check passed, 1 one failed, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("tests", "measure", "asv")
+OVERHEAD_BOUND = 0.05   # what the instrumentation may cost a GPU iteration (docs/method.md)
+
+
+def row(part: str, check: str, figure: str, bound: str, ok: bool | None) -> dict:
+    """One line of the table; ``ok`` None: not judged here (skipped, or a figure only)."""
+    return {"part": part, "check": check, "figure": figure, "bound": bound, "pass": ok}
+
+
+def flops_text(flops_per_s: float) -> str:
+    """``42.4 TFLOP/s`` on a GPU, ``9.8 GFLOP/s`` on a CPU core.
+
+    >>> flops_text(42.4e12), flops_text(9.8e9)
+    ('42.4 TFLOP/s', '9.8 GFLOP/s')
+    """
+    return (f"{flops_per_s / 1e12:.1f} TFLOP/s" if flops_per_s >= 1e12
+            else f"{flops_per_s / 1e9:.1f} GFLOP/s")
+
+
+def junit_counts(path: Path) -> dict:
+    """{tests, failures, errors, skipped} summed over a junit file's suites."""
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    for suite in ElementTree.parse(path).getroot().iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+    return counts
+
+
+def run_tests(out: Path, timeout_s: float) -> list[dict]:
+    """The gpu-marked tests; their own check table is read back from the JSON they write."""
+    env = dict(os.environ, SWINKIT_GPU_CHECK_JSON=str(out / "gpu_tests.json"))
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rfE",
+           f"--junitxml={out / 'junit.xml'}", "tests"]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout_s)
+    took = time.monotonic() - started
+    if not (out / "junit.xml").is_file():
+        return [row("tests", "pytest -m gpu", f"exit {proc.returncode}, no junit", "", False)]
+    n = junit_counts(out / "junit.xml")
+    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    ok = None if passed == 0 else n["failures"] + n["errors"] == 0   # all skipped: no GPU
+    rows = [row("tests", "pytest -m gpu", f"{passed} passed, {n['failures'] + n['errors']} "
+                f"failed, {n['skipped']} skipped in {took / 60:.1f} min", "none failed", ok)]
+    if (out / "gpu_tests.json").is_file():
+        rows += [row("tests", r["check"], str(r["figure"]), r["bound"], r["pass"])
+                 for r in json.loads((out / "gpu_tests.json").read_text())["rows"]]
+    return rows
+
+
+def run_measurements(preset: str, batch: int, iters: int) -> tuple[list[dict], dict]:
+    """Forward/backward with MFU, and the instrumentation's cost at one rank."""
+    from swinkit.components.forward_backward import measure_isolated
+    from swinkit.experiments.overhead import instrumentation_overhead
+    from swinkit.runs.ddp_run import DDPRunSpec
+
+    fb = measure_isolated(preset, batch, samples=5)
+    step = fb["results"]["segmentor/forward_backward"]
+    median_ms = 1e3 * statistics.median(step["seconds"])
+    math = fb["matmul_peak_math"]
+    rows = [row("measure", f"{preset} forward+backward, {batch} images ({fb['device']})",
+                f"{median_ms:.1f} ms, {flops_text(step['achieved_flops'])}, MFU "
+                f"{100 * step['mfu']:.1f} % of the {math} peak "
+                f"({flops_text(fb['matmul_peak_flops'])} measured), peak memory "
+                f"{fb['peak_memory_mib']:.0f} MiB", "a figure", None)]
+    over = instrumentation_overhead(DDPRunSpec(preset=preset, world_size=1, iters=iters,
+                                               warmup=2), repeats=2)
+    rows.append(row("measure", f"{preset} DDP iteration at 1 rank: instrumented vs bare",
+                    f"{1e3 * over['instrumented_median_s']:.1f} vs "
+                    f"{1e3 * over['bare_median_s']:.1f} ms ({100 * over['overhead']:+.1f} %)",
+                    f"< {100 * OVERHEAD_BOUND:.0f} %", over["overhead"] < OVERHEAD_BOUND))
+    return rows, {"forward_backward": fb, "overhead": over}
+
+
+def run_asv(timeout_s: float) -> list[dict]:
+    """The users' main command, timed: asv run for this commit, then publish."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "suite.py")], cwd=ROOT,
+                          timeout=timeout_s)
+    took = time.monotonic() - started
+    return [row("asv", "tools/suite.py: asv run + publish", f"exit {proc.returncode} in "
+                f"{took / 60:.1f} min", "exit 0", proc.returncode == 0)]
+
+
+def print_table(rows: list[dict], header: str) -> None:
+    width = max(len(r["check"]) for r in rows)
+    print(f"\n{header}\n{'part':<8} {'check':<{width}}  {'result':<6}  figure  (bound)")
+    for r in rows:
+        mark = {True: "pass", False: "FAIL", None: "-"}[r["pass"]]
+        print(f"{r['part']:<8} {r['check']:<{width}}  {mark:<6}  {r['figure']}  ({r['bound']})")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {PARTS}")
+    p.add_argument("--preset", default="thesis", help="the measurements' preset (default thesis)")
+    p.add_argument("--batch", type=int, default=8, help="images in forward/backward (default 8)")
+    p.add_argument("--iters", type=int, default=10, help="DDP iterations per loop (default 10)")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "gpu")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per part")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        print(f"error: --parts: {bad or 'none'} not among {PARTS}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    report = {"device": device, "gpus": torch.cuda.device_count(), "torch": torch.__version__,
+              "python": platform.python_version(), "parts": {}, "rows": []}
+    for part in parts:
+        started = time.monotonic()
+        print(f"[gpu_check] {part} ...", flush=True)
+        if part == "tests":
+            rows = run_tests(args.out, args.timeout)
+        elif part == "measure":
+            rows, report["parts"]["measure"] = run_measurements(args.preset, args.batch, args.iters)
+        else:
+            rows = run_asv(args.timeout)
+        report["rows"] += rows
+        print(f"[gpu_check] {part} done in {(time.monotonic() - started) / 60:.1f} min", flush=True)
+    report["pass"] = all(r["pass"] is not False for r in report["rows"])
+    from swinkit.result_files import write_json_atomic
+    write_json_atomic(args.out / "gpu_check.json", report)
+    print_table(report["rows"], f"GPU check on {device} (torch {torch.__version__})")
+    print(f"\n{'PASS' if report['pass'] else 'FAIL'}: {args.out / 'gpu_check.json'}")
+    return 0 if report["pass"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Write a wheelhouse for an offline GPU node: every file swinkit's set-up installs beside torch,
+for the node's Python and platform, so the set-up there runs with pip's index switched off.
+
+Example (on a connected machine, in the checkout, after ``bash tools/setup.sh``)::
+
+    .venv/bin/python tools/wheelhouse.py make --python 3.12 --dest wheels
+    # copy the checkout with wheels/ to the node, then there:
+    SWINKIT_WHEELHOUSE=$PWD/wheels PYTHON=python3.12 bash tools/setup.sh
+
+What it holds: the build tools, the project's dependencies (tools/env_spec.py's list: mmcv-lite,
+mmengine, MMSegmentation, asv, pytest, DeepSpeed's dependencies...) as binary wheels for that
+Python and platform with everything they depend on, and DeepSpeed's source distribution (pure
+Python, built on the node against its torch). Not torch: the node's own is kept (``--with-torch``
+adds the reference torch for a node without one, a CUDA build of several GB). A manifest,
+``swinkit-wheelhouse.json``, lists the files, the Python and the platforms; the set-up checks
+it before installing anything and names what is missing.
+
+pip downloads everything (a well-kept resolver for another Python's tags); this file only says
+what to ask for and checks the result. Standard library only: tools/setup_plan.py reads it
+before the environment exists.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = "swinkit-wheelhouse.json"
+# glibc 2.28 and 2.17 wheels: what pip takes on any current Linux x86-64 node
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def _env_spec():
+    """tools/env_spec.py (tools/ is scripts, not a package)."""
+    if "swinkit_env_spec" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("swinkit_env_spec",
+                                                      Path(__file__).with_name("env_spec.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["swinkit_env_spec"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["swinkit_env_spec"]
+
+
+def wanted() -> tuple[list[str], list[str]]:
+    """(binary requirements, source requirements): env_spec's steps but torch and the project."""
+    binary, source = [], []
+    for step in _env_spec().steps():
+        if step.name in ("torch", "project"):
+            continue
+        (source if "--no-build-isolation" in step.flags else binary).extend(step.requirements)
+    return binary, source
+
+
+def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
+         with_torch: bool = False) -> dict:
+    """Download into ``dest`` and write the manifest last (a half-made wheelhouse has none)."""
+    if not python.replace(".", "").isdigit() or python.count(".") != 1:
+        raise ValueError(f"--python must be MAJOR.MINOR such as 3.12, got {python!r}")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / MANIFEST).unlink(missing_ok=True)
+    binary, source = wanted()
+    if with_torch:
+        binary.append(f"torch=={_env_spec().reference_torch()}")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "-d", str(dest)]
+    target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+              *(w for p in platforms for w in ("--platform", p))]
+    _run([*pip, *target, *binary])
+    # sdists are prepared with this interpreter (DeepSpeed's setup.py imports torch)
+    _run([*pip, "--no-binary", ":all:", "--no-deps", "--no-build-isolation", *source],
+         env=dict(os.environ, DS_BUILD_OPS="0"))
+    files = sorted(p.name for p in dest.iterdir() if p.name != MANIFEST)
+    manifest = {"python": python, "platforms": list(platforms), "requirements": binary + source,
+                "torch": with_torch, "files": files,
+                "made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    tmp = dest / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(dest / MANIFEST)
+    return manifest
+
+
+def _run(cmd: list[str], env: dict | None = None) -> None:
+    print(f"[wheelhouse] {' '.join(cmd[3:6])} ... {len(cmd)} words", flush=True)
+    subprocess.run(cmd, check=True, env=env)
+
+
+def check(dest: Path, python_version: tuple[int, ...], need_torch: bool) -> dict:
+    """ValueError naming what does not fit: no manifest, another Python, missing files (each
+    named), no torch where the node has none.
+
+    >>> check(Path("/nonexistent"), (3, 12), False)
+    Traceback (most recent call last):
+    ...
+    ValueError: /nonexistent/swinkit-wheelhouse.json not found: SWINKIT_WHEELHOUSE must be a folder made by tools/wheelhouse.py make
+    """
+    path = dest / MANIFEST
+    if not path.is_file():
+        raise ValueError(f"{path} not found: SWINKIT_WHEELHOUSE must be a folder made by "
+                         "tools/wheelhouse.py make")
+    manifest = json.loads(path.read_text())
+    here = ".".join(map(str, python_version[:2]))
+    if manifest["python"] != here:
+        raise ValueError(f"{dest} was made for Python {manifest['python']}, this set-up runs "
+                         f"Python {here}: make one with --python {here}")
+    missing = [f for f in manifest["files"] if not (dest / f).is_file()]
+    if missing:
+        raise ValueError(f"{dest} lacks {len(missing)} file(s) its manifest lists: "
+                         f"{', '.join(missing)}; copy them again or remake the wheelhouse")
+    if need_torch and not any(f.startswith("torch-") for f in manifest["files"]):
+        raise ValueError(f"no torch to keep and none in {dest}: install torch (2.5 or newer) "
+                         "into the Python the set-up runs, or remake the wheelhouse with "
+                         "--with-torch")
+    return manifest
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    mk = sub.add_parser("make", help="download the wheelhouse (needs the network)")
+    mk.add_argument("--python", required=True, help="the node's Python, MAJOR.MINOR (3.12)")
+    mk.add_argument("--dest", type=Path, required=True, help="the folder to fill")
+    mk.add_argument("--platform", action="append",
+                    help=f"a wheel platform tag, repeatable (default: {', '.join(PLATFORMS)})")
+    mk.add_argument("--with-torch", action="store_true",
+                    help="add the reference torch (for a node that has none)")
+    ck = sub.add_parser("check", help="check a wheelhouse against its manifest")
+    ck.add_argument("dest", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_parser().parse_args(argv)
+    try:
+        if args.what == "make":
+            manifest = make(args.dest, args.python, tuple(args.platform or PLATFORMS),
+                            args.with_torch)
+        else:
+            manifest = check(args.dest, sys.version_info, need_torch=False)
+    except ValueError as exc:
+        print(f"[wheelhouse] {exc}", file=sys.stderr)
+        return 2
+    print(f"[wheelhouse] {len(manifest['files'])} files for Python {manifest['python']} in "
+          f"{args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
