@@ -114,3 +114,19 @@ def test_ddp_result_is_written_and_reported(monkeypatch, capsys, tmp_path):
     assert json.loads(out.read_text()) == {"iter_s": 0.25}
     assert capsys.readouterr().out.endswith(
         f"median iteration 0.2500 s (bare loop)\nresult written to {out}\n")
+
+
+def test_a_torch_newer_than_tested_warns_and_an_older_than_supported_is_refused(monkeypatch, capsys):
+    """Users arrive with their own torch: above the newest tested release the command runs and
+    says so; below the oldest supported it stops with exit 2 naming the version."""
+    import torch
+
+    from swinkit.cli import main
+    monkeypatch.setattr(torch, "__version__", "2.16.0+cu132")
+    monkeypatch.setattr("swinkit.cli.commands.COMMANDS", {"describe": lambda args: 0})
+    assert main(["describe", "--preset", "test"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: torch 2.16.0+cu132 is newer than the newest release swinkit is tested with" in err
+    monkeypatch.setattr(torch, "__version__", "2.4.1")
+    assert main(["describe", "--preset", "test"]) == 2
+    assert "torch 2.4.1 is older than swinkit supports (2.5 or newer)" in capsys.readouterr().err

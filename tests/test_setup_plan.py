@@ -54,8 +54,18 @@ def run_plan(env: dict, *args: str) -> subprocess.CompletedProcess:
     ("2.13.0", None),              # the reference itself
 ])
 def test_a_supported_torch_is_kept_whatever_its_build(tmp_path, version, cuda):
+    """The venv shares the base's site-packages through a .pth that site processes like the
+    system's: it works where the base is itself a venv (the GPU nodes' torch lived in one),
+    which ``--system-site-packages`` would not see."""
     env = fake_interpreter(tmp_path, version, cuda)
-    assert run_plan(env, "venv-flags").stdout.strip() == "--system-site-packages"
+    shared = run_plan(env, "share-base", "--venv", str(tmp_path / "venv"))
+    sites = json.loads(subprocess.run(
+        [sys.executable, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+        capture_output=True, text=True, check=True).stdout)
+    assert shared.returncode == 0 and shared.stdout.split() == sites
+    pth = tmp_path / "venv" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" \
+        / "site-packages" / "_swinkit_base_site.pth"
+    assert pth.read_text() == "".join(f"import site; site.addsitedir({s!r})\n" for s in sites)
     assert run_plan(env, "torch-requirement").stdout.strip() == ""
     checked = run_plan(env, "check")
     assert checked.returncode == 0 and f"keeping torch {version}" in checked.stderr
@@ -63,16 +73,17 @@ def test_a_supported_torch_is_kept_whatever_its_build(tmp_path, version, cuda):
 
 def test_a_fresh_machine_gets_the_reference_torch_in_a_venv_of_its_own(tmp_path):
     env = fake_interpreter(tmp_path, None)
-    assert run_plan(env, "venv-flags").stdout.strip() == ""
+    assert run_plan(env, "share-base", "--venv", str(tmp_path / "venv")).stdout.strip() == ""
+    assert not list((tmp_path / "venv").rglob("*.pth"))
     assert run_plan(env, "torch-requirement").stdout.strip() == "torch==2.13.0"
     assert run_plan(env, "check").returncode == 0
 
 
 def test_reuse_off_gives_the_venv_its_own_torch_even_beside_a_good_one(tmp_path):
     env = dict(fake_interpreter(tmp_path, "2.11.0+cu130", "13.0"), SWINKIT_REUSE_TORCH="0")
-    assert run_plan(env, "venv-flags").stdout.strip() == ""
+    assert run_plan(env, "share-base", "--venv", str(tmp_path / "v")).stdout.strip() == ""
     env["SWINKIT_REUSE_TORCH"] = "yes"
-    bad = run_plan(env, "venv-flags")
+    bad = run_plan(env, "share-base", "--venv", str(tmp_path / "v"))
     assert bad.returncode == 2 and "SWINKIT_REUSE_TORCH must be 0 or 1, got 'yes'" in bad.stderr
 
 

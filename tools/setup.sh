@@ -8,7 +8,7 @@
 #
 # Steps: 0 check (Python 3.11-3.13; a torch there is 2.5 or newer; the wheelhouse is whole)
 # before anything is installed, 1 venv, 2 torch (the one the Python has is kept: the venv shares
-# its packages; else the reference 2.13.0) and build tools, 3 swinkit editable with its
+# its packages, also where that Python is itself a venv; else the reference 2.13.0) and build tools, 3 swinkit editable with its
 # dependencies (mmcv-lite, no compiler) and test extras, 4 DeepSpeed (pinned, pure Python: its
 # C++/CUDA ops build on demand, DS_BUILD_OPS=0; --no-deps), 5 the stand-in for mmcv's compiled
 # ops in every interpreter of the venv. Every pip step after 2 is constrained to the venv's
@@ -46,12 +46,10 @@ read -r -a SOURCE <<< "$("$PY" tools/setup_plan.py pip-source)"
 [ ${#SOURCE[@]} -eq 0 ] || echo "[setup]   offline: pip installs from ${SOURCE[*]: -1} only"
 
 step 1 "virtual environment $VENV ($PY)"
-if [ ! -x "$VENV/bin/python" ]; then
-    # each answer is one line of words, none with spaces; a failing plan stops the set-up here
-    read -r -a VENV_FLAGS <<< "$("$PY" tools/setup_plan.py venv-flags --python "$PY")"
-    [ ${#VENV_FLAGS[@]} -eq 0 ] || echo "[setup]   sharing $PY's torch (${VENV_FLAGS[*]})"
-    "$PY" -m venv "${VENV_FLAGS[@]}" "$VENV"
-fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# the base's packages, its torch among them, shared where that torch is kept (a .pth line)
+shared=$("$PY" tools/setup_plan.py share-base --python "$PY" --venv "$VENV")
+[ -z "$shared" ] || echo "[setup]   sharing $PY's packages (its torch): $shared"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 pip_step() {  # pip_step NAME [--keep-mmcv]: tools/env_spec.py's step, constrained to the torch

@@ -11,9 +11,13 @@ shell passes on:
 
     check              nothing, or exit 2 with the reason: this Python is outside 3.11-3.13, its
                        torch is older than 2.5, or the wheelhouse lacks a package (by name)
-    venv-flags         ``--system-site-packages`` when the base interpreter already has a torch
-                       swinkit supports, CPU or CUDA build, so the venv keeps it instead of
-                       installing a second one (``SWINKIT_REUSE_TORCH=0``: never)
+    share-base         with ``--venv DIR``: when the base interpreter has a torch swinkit
+                       supports, CPU or CUDA build, the venv shares that interpreter's packages
+                       (a ``.pth`` that adds its site-packages, as ``--system-site-packages``
+                       would, but also where the base is itself a venv or conda environment, as
+                       on the GPU nodes seen so far), so it keeps that torch instead of
+                       installing a second one (``SWINKIT_REUSE_TORCH=0``: never); prints the
+                       folders shared
     torch-requirement  ``torch==<reference>``, or nothing when the interpreter's torch is kept
     keep-mmcv          ``yes`` when a compiled mmcv that MMSegmentation accepts already loads
                        (a full mmcv the user built: used as is, mmcv-lite not installed)
@@ -85,18 +89,33 @@ def _reuse(environ: dict) -> bool:
     return reuse == "1"
 
 
-def venv_flags(base: Torch | None, environ: dict) -> list[str]:
-    """``python -m venv`` flags: share the base interpreter's packages when it has a torch
-    swinkit supports, so the environment keeps that torch (and its CUDA libraries).
+def shared_sites(base: Torch | None, environ: dict, sites: list[str]) -> list[str]:
+    """The base interpreter's site-packages folders the venv shares: all of ``sites`` when it
+    has a torch swinkit supports, so the environment keeps that torch (and its CUDA libraries).
 
-    >>> venv_flags(Torch("2.5.1"), {}), venv_flags(None, {})
-    (['--system-site-packages'], [])
-    >>> venv_flags(Torch("2.11.0+cu130", "13.0"), {"SWINKIT_REUSE_TORCH": "0"})
+    >>> shared_sites(Torch("2.5.1"), {}, ["/opt/torch/lib/python3.12/site-packages"])
+    ['/opt/torch/lib/python3.12/site-packages']
+    >>> shared_sites(None, {}, ["/usr/lib/python3/dist-packages"])
+    []
+    >>> shared_sites(Torch("2.11.0+cu130", "13.0"), {"SWINKIT_REUSE_TORCH": "0"}, ["/x"])
     []
     """
-    if not _reuse(environ):
+    if not _reuse(environ) or not keepable(base):
         return []
-    return ["--system-site-packages"] if keepable(base) else []
+    return list(sites)
+
+
+def share(venv: Path, python_version: tuple[int, ...], sites: list[str]) -> Path | None:
+    """Write the ``.pth`` that adds ``sites`` (with their own ``.pth`` files, as site does for
+    the system's) to the venv's site-packages, after its own; remove it when there are none."""
+    purelib = venv / "lib" / f"python{python_version[0]}.{python_version[1]}" / "site-packages"
+    pth = purelib / "_swinkit_base_site.pth"
+    if not sites:
+        pth.unlink(missing_ok=True)
+        return None
+    purelib.mkdir(parents=True, exist_ok=True)
+    pth.write_text("".join(f"import site; site.addsitedir({s!r})\n" for s in sites))
+    return pth
 
 
 def torch_requirement(current: Torch | None, gpu_node: bool = False,
@@ -187,6 +206,13 @@ def describe(torch: Torch | None) -> str:
     return f"torch {torch.version} ({'CUDA ' + torch.cuda if torch.cuda else 'CPU build'})"
 
 
+def probe_sites(python: str) -> list[str]:
+    """``python``'s site-packages folders (a venv's own, a conda environment's, the system's)."""
+    out = subprocess.run([python, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                         capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def python_version(python: str) -> tuple[int, ...]:
     """``python``'s version_info, e.g. (3, 12, 3)."""
     out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"],
@@ -194,7 +220,7 @@ def python_version(python: str) -> tuple[int, ...]:
     return tuple(int(p) for p in out.stdout.split())
 
 
-def answer(what: str, python: str, environ: dict) -> list[str]:
+def answer(what: str, python: str, environ: dict, venv: Path | None = None) -> list[str]:
     """One answer for tools/setup.sh (see the module docstring)."""
     if what == "pip-source":
         return pip_source(environ)
@@ -205,17 +231,22 @@ def answer(what: str, python: str, environ: dict) -> list[str]:
         for note in check(python_version(python), found, environ):
             print(f"[setup]   {note}", file=sys.stderr)
         return []
-    if what == "venv-flags":
-        return venv_flags(found, environ)
+    if what == "share-base":
+        if venv is None:
+            raise ValueError("share-base needs --venv DIR")
+        sites = shared_sites(found, environ, probe_sites(python))
+        share(venv, python_version(python), sites)
+        return sites
     return torch_requirement(found, gpu_node(), environ)
 
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["check", "venv-flags", "torch-requirement", "keep-mmcv",
+    p.add_argument("what", choices=["check", "share-base", "torch-requirement", "keep-mmcv",
                                     "pip-source", "show"])
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter looked at (default: this one)")
+    p.add_argument("--venv", type=Path, help="the environment share-base writes into")
     return p
 
 
@@ -224,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     environ = dict(os.environ)
     try:
         if args.what != "show":
-            words = answer(args.what, args.python, environ)
+            words = answer(args.what, args.python, environ, args.venv)
             if args.what != "check":
                 print(" ".join(words))
             return 0
@@ -233,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{describe(found)}; swinkit supports Python 3.11-3.13 and torch >= "
               f"{'.'.join(map(str, supported.TORCH_MIN))} (tested: "
               f"{', '.join(supported.TORCH_TESTED)})")
-        print(f"venv flags:        {' '.join(venv_flags(found, environ)) or '(none)'}")
+        sites = shared_sites(found, environ, probe_sites(args.python))
+        print(f"venv shares:       {' '.join(sites) or '(nothing: a venv of its own)'}")
         wanted = " ".join(torch_requirement(found, gpu_node(), environ))
         print(f"torch to install:  {wanted or '(keep the one found)'}")
         print(f"pip installs from: {' '.join(pip_source(environ)) or 'its index'}")

@@ -196,10 +196,22 @@ COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
             "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command}
 
 
+def warn_untested_torch() -> None:
+    """One line on stderr where torch is newer than the newest release swinkit is tested with
+    (ValueError below the oldest it supports)."""
+    import torch
+
+    from swinkit.supported import check_torch
+    warning = check_torch(torch.__version__)
+    if warning:
+        print(f"swinkit: warning: {warning}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     send_library_logs_to_stderr()  # stdout carries results (describe --json, the tables)
     try:
+        warn_untested_torch()
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("swinkit: interrupted", file=sys.stderr)
