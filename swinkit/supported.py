@@ -10,7 +10,7 @@ Example:
     >>> check_torch("2.11.0+cu130") is None, check_torch("2.13.0") is None
     (True, True)
     >>> print(check_torch("2.15.0"))
-    torch 2.15.0 is newer than the newest release swinkit is tested with (2.13.0): it should work; report what does not
+    torch 2.15.0 is newer than the newest release swinkit is tested with (2.14.1): it should work; report what does not
     >>> check_torch("2.4.1+cu121")
     Traceback (most recent call last):
     ...
@@ -30,6 +30,7 @@ TORCH_TESTED = {
     "2.5.1": "CI's compatibility leg (Python 3.12, CPU): set-up, smoke tests, one DDP launch",
     "2.11.0": "the GPU check on one H100 and one H200 (Python 3.12.3, CUDA 13.0)",
     "2.13.0": "CI (Python 3.11, CPU), asv's history environments, the reference",
+    "2.14.1": "`.ci/compat` with Python 3.13 (SWINKIT_COMPAT_VERSION=3.13), run by hand",
 }
 
 
