@@ -55,9 +55,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3,
                    help="with --run: launches per world size, interleaved (default 3): the lost "
                         "time's noise floor and intervals come from their spread")
-    p.add_argument("--inject", help="with --run: known costs, e.g. data_ms=40,ranks=1 (see "
-                                    "swinkit ddp); a one-rank injection applies only at world "
-                                    "sizes where that rank exists")
+    p.add_argument("--inject", action="append", metavar="SPEC",
+                   help="with --run: known costs, e.g. data_ms=40,ranks=1 (see swinkit ddp); "
+                        "repeat it for costs on other ranks; a one-rank injection applies "
+                        "only at world sizes where that rank exists")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
                         "the global batch fixed (the preset's images per rank x the largest "
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.result_files import write_json_atomic
     from swinkit.report.page import write_html
     from swinkit.report.text import text_report
-    from swinkit.injection import parse_injection
+    from swinkit.injection import parse_injections
 
     if args.run and args.iters is None and not args.engine and not args.what_if:
         try:  # the attribution: the preset says how many its iteration time needs
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
             inputs = from_run(args.preset, args.world_sizes,
-                              parse_injection(args.inject), iters=args.iters,
+                              parse_injections(args.inject), iters=args.iters,
                               repeats=args.repeats, scaling=args.scaling)
         else:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             predictions = (Path(args.json).with_suffix(".predictions.json") if args.json
                            else ROOT / "results" / "what-if.predictions.json")
             report.update(what_if(args.preset, args.world_sizes, remedies,
-                                  iters=args.iters, injection=parse_injection(args.inject),
+                                  iters=args.iters, injection=parse_injections(args.inject),
                                   predictions_path=predictions))
     except InputError as exc:
         print(f"attribute: {exc}", file=sys.stderr)
@@ -298,12 +299,12 @@ def _predict(args) -> int:
             lines = held_out_lines(report)
         elif args.run:
             from swinkit.experiments.predict_run import held_out
-            from swinkit.injection import parse_injection
+            from swinkit.injection import parse_injections
             sources = args.predict_from or args.world_sizes
             sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
             report = held_out(args.preset, sizes, sources, iters=args.iters,
                               repeats=args.repeats, score=not args.predict,
-                              injection=parse_injection(args.inject),
+                              injection=parse_injections(args.inject),
                               same_launch=args.same_launch)
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:

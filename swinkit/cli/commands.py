@@ -81,10 +81,12 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
     p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
-    p.add_argument("--inject", help="known costs: data_ms=F,compute_ms=F (the forward),"
-                                    "backward_ms=F,optimizer_ms=F,comm_ms=F,comm_scale=K,"
-                                    "ranks=1+2,every=N (see docs/blame.md, 'Injecting known "
-                                    "costs')")
+    p.add_argument("--inject", action="append", metavar="SPEC",
+                   help="known costs: data_ms=F,compute_ms=F (the forward),backward_ms=F,"
+                        "optimizer_ms=F,comm_ms=F,comm_scale=K,ranks=1+2,every=N; repeat it "
+                        "for costs on other ranks (--inject data_ms=60,ranks=0 --inject "
+                        "backward_ms=50,ranks=1: two stragglers; a kind given twice for one "
+                        "rank is refused) (see docs/blame.md, 'Injecting known costs')")
     p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
     p.add_argument("--trace", help="write torch.profiler traces here, one file per rank, and the "
                                    "ranks' timeline beside them (swinkit-timeline.json)")

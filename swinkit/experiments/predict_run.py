@@ -254,7 +254,7 @@ def held_out_from_sweep(sweep, preset: str, source: int = 1, target: int = 2,
     it reaches the prediction: its median iteration is read to score it, and after that its
     components (the basis it kept) to split the miss (:func:`_explain_miss`). The shape of
     :func:`held_out`'s result, one launch (bench_ddp's cache, which bench_predict reads)."""
-    if Injection(**dict(sweep.meta.get("injection") or {}, ranks=None)).active:
+    if Injection.from_dict(sweep.meta.get("injection")).active:
         raise ValueError("the sweep ran with an injection: a held-out prediction from it "
                          "would not know what its timings hold (tools/attribute.py --run "
                          "--predict-from takes one in)")

@@ -24,8 +24,12 @@ def injection_text(inj: dict | None) -> str | None:
 
     >>> injection_text({"backward_ms": 120.0, "comm_scale": 1.0, "ranks": [1]})
     'backward_ms=120 on ranks 1'
+    >>> injection_text({"parts": [{"data_ms": 60, "ranks": [0]}, {"backward_ms": 50, "ranks": [1]}]})
+    'data_ms=60 on ranks 0; backward_ms=50 on ranks 1'
     """
     inj = inj or {}
+    if inj.get("parts"):  # several --inject specs, each with its own ranks
+        return "; ".join(filter(None, (injection_text(p) for p in inj["parts"]))) or None
     parts = [f"{k}={inj[k]:g}" for k in DELAY_FIELDS if inj.get(k)]
     parts += [f"comm_scale={inj['comm_scale']:g}"] if inj.get("comm_scale", 1) > 1 else []
     if not parts:

@@ -99,7 +99,7 @@ class DDPRunSpec:
                              "iteration, out of step with the injected ones")
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
-        bad = [r for r in (self.injection.ranks or ()) if r >= total]
+        bad = [r for r in self.injection.named_ranks() if r >= total]
         if bad:
             raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
         cfg = load_config(self.preset, self.data_root, self.overrides)
