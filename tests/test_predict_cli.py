@@ -130,21 +130,31 @@ def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_
     assert "[world size" not in out.stdout + out.stderr
 
 
-def test_same_launch_is_refused_before_anything_runs_unless_it_predicts_from_1():
+def test_in_launch_is_refused_before_anything_runs_unless_it_predicts_from_1():
     out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2,4", "--predict-from",
-                     "1,2", "--same-launch")
-    assert out.returncode == 2 and "--same-launch predicts from world size 1" in out.stderr
+                     "1,2", "--in-launch")
+    assert out.returncode == 2 and "--in-launch predicts from world size 1" in out.stderr
     assert "[world size" not in out.stdout + out.stderr
-    # a loading delay on rank 0 that the cpu preset's workers would carry into the solo steps
+    # a loading delay on rank 0 that the cpu preset's workers would carry into the solo steps;
+    # the old spelling of the option is the same option
     out = _attribute("--run", "--preset", "cpu", "--world-sizes", "1,2", "--predict-from", "1",
                      "--same-launch", "--inject", "data_ms=20")
     assert out.returncode == 2 and "data_ms with solo steps" in out.stderr
     assert "[world size" not in out.stdout + out.stderr
     # not silently dropped where nothing is predicted from a run made now
     for args in (("--run",), ("--predict", "4")):
-        out = _attribute("--preset", "test", "--same-launch", *args)
-        assert out.returncode == 2 and "--same-launch needs --run --predict-from 1" in out.stderr
+        out = _attribute("--preset", "test", "--in-launch", *args)
+        assert out.returncode == 2 and "--in-launch needs --run --predict-from 1" in out.stderr
         assert "[world size" not in out.stdout + out.stderr
+
+
+def test_strong_scaling_is_refused_by_a_prediction_not_ignored():
+    """The model takes each rank's work from the run it predicts from (weak scaling): asked
+    for strong scaling, it must say so rather than predict weak scaling under that name."""
+    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
+                     "--scaling", "strong")
+    assert out.returncode == 2 and "--scaling strong" in out.stderr
+    assert "[world size" not in out.stdout + out.stderr
 
 
 def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
@@ -159,18 +169,19 @@ def test_localhost_inter_link_needs_nodes_and_a_stored_basis(tmp_path):
 
 
 def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_reading():
-    """Launch 2 predicted with x1.1, the mean of its own x1.2 and launch 1's x1.0; a result
-    kept without the launches' own timings (a stored one from before), or predicted from more
-    than one rank, prints no such line."""
+    """Each launch predicted with the mean of its own two timings' readings (x1.05 of x1.0 and
+    x1.1; x1.15 of x1.1 and x1.2), printed beside its latest; a result kept without the
+    launches' own timings (a stored one from before), or predicted from more than one rank,
+    prints no such line."""
     from swinkit.report.prediction_text import sharing_lines
 
-    launches = [{"targets": {2: {"compute_slowdown": 1.0}}, "timed": {2: {"compute_slowdown": 1.0}}},
-                {"targets": {2: {"compute_slowdown": 1.1}}, "timed": {2: {"compute_slowdown": 1.2}}}]
+    launches = [{"targets": {2: {"compute_slowdown": 1.05}}, "timed": {2: {"compute_slowdown": 1.1}},
+                 "timed_earlier": {2: [{"compute_slowdown": 1.0}]}},
+                {"targets": {2: {"compute_slowdown": 1.15}}, "timed": {2: {"compute_slowdown": 1.2}},
+                 "timed_earlier": {2: [{"compute_slowdown": 1.1}]}}]
     (line,) = sharing_lines(launches)
-    assert ("N=2, per launch: x1.000, x1.100 (the stand-in's own reading at each launch's last "
-            "timing: x1.000, x1.200; averaged over the timings so far, 1 before the first") in line
-    launches[0]["timed_earlier"] = {2: [{"compute_slowdown": 0.9}]}  # two timings before launch 1
-    assert "2 before the first launch" in sharing_lines(launches)[0]
+    assert ("N=2, per launch: x1.050, x1.150 (the stand-in's own reading at each launch's last "
+            "timing: x1.100, x1.200; averaged over the launch's own 2 timings") in line
     assert sharing_lines([{k: v for k, v in row.items() if k != "timed"} for row in launches]) == []
     assert sharing_lines(launches[:1]) == []
     for row in launches:  # predicted from 2 ranks: the stand-in was not used

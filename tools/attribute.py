@@ -11,7 +11,7 @@ Examples:
     .venv/bin/python tools/attribute.py --list-remedies      # the what-if catalogue
     .venv/bin/python tools/attribute.py --run --preset test --engine ddp,zero1 --grad-accum 1,2,4
     .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1,2 --predict-from 1
-                                                             # 2 predicted from 1, then run: scored
+                                                             # 2 predicted from 1, then run: held out
     .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1 --predict 2,4 \
         --json p.json                                        # predicted only, nothing run at 2, 4
     .venv/bin/python tools/attribute.py --stored p.json --predict 8 --nodes 2,4 \
@@ -130,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
-    if args.same_launch and not (args.run and args.predict_from):
-        return _failed(ValueError("--same-launch needs --run --predict-from 1: it makes the "
+    if args.in_launch and not (args.run and args.predict_from):
+        return _failed(ValueError("--in-launch needs --run --predict-from 1: it makes the "
                                   "run at 1 inside the launch it scores"))
+    if args.scaling == "strong" and (args.predict or args.predict_from):
+        return _failed(ValueError("--scaling strong: a prediction of world sizes not run "
+                                  "assumes weak scaling (each rank's work as in the run it "
+                                  "is predicted from); use --scaling weak"))
     # --nodes alone predicts from a stored report (--stored, or the one asv kept)
     if args.predict or args.predict_from or args.stored or (args.nodes and not args.run):
         return _predict(args)
@@ -250,11 +254,13 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predict-from", metavar="N1,N2", type=_comma_ints("--predict-from"),
                    help="with --run: predict each --world-sizes size above these from them "
                         "only, then run it and report the error per launch (held out)")
-    p.add_argument("--same-launch", action="store_true",
-                   help="with --run --predict-from 1: make the run at 1 inside each launch at "
-                        "N' (each rank alone in turn, the others idle, step by step between "
-                        "the DDP steps), so that the run predicted from and the run scored "
-                        "meet the host's same moments, and each rank's own speed is known")
+    p.add_argument("--in-launch", "--same-launch", dest="in_launch", action="store_true",
+                   help="with --run --predict-from 1: IN-LAUNCH, NOT HELD OUT: make the run at "
+                        "1 inside each launch at N' (each rank alone in turn, the others idle, "
+                        "step by step between the DDP steps) and score the prediction against "
+                        "that launch's DDP steps; the run predicted from shares the scored "
+                        "run's launch, which a user who has not run N' cannot have (held out: "
+                        "without it, or swinkit scorecard)")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (from a stored report: default fitted to its "
@@ -305,7 +311,7 @@ def _predict(args) -> int:
             report = held_out(args.preset, sizes, sources, iters=args.iters,
                               repeats=args.repeats, score=not args.predict,
                               injection=parse_injections(args.inject),
-                              same_launch=args.same_launch)
+                              in_launch=args.in_launch)
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:
             report, lines = _projection(args)

@@ -248,7 +248,10 @@ def efficiency(t1: float, tn: float) -> float:
     return t1 / tn
 
 
-def naive(t1: float, target: Target) -> dict:
+def naive(t1: float, target: Target, known_s: float = 0.0) -> dict:
     """The two baselines: perfect scaling (T(N') = T(1)), and T(1) plus the buckets' isolated
-    all-reduce at N' (no overlap, nothing else changes)."""
-    return {"perfect_scaling_s": t1, "plus_allreduce_s": t1 + sum(target.bucket_comm_s)}
+    all-reduce at N' (no overlap, nothing else changes); each with ``known_s``, what a cost
+    known at N' (an injected straggler) adds to its slowest rank, as the model knows it."""
+    return {"perfect_scaling_s": t1 + known_s,
+            "plus_allreduce_s": t1 + known_s + sum(target.bucket_comm_s),
+            "naive_known_s": known_s}
