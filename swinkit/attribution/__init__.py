@@ -27,4 +27,5 @@
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes
     validation_cells.py the cells that tell charging rules apart: two stragglers, a small delay
+    scorecard.py    a held-out prediction's scorecard: worst launch, range, naive beside, host spread
 """

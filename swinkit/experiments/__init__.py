@@ -14,4 +14,5 @@
     remedies.py         the remedy catalogue (what-ifs); torch-free
     overhead.py         what the instrumentation costs
     validate.py         the ground-truth matrix's runs (``swinkit validate``)
+    scorecard.py        K fresh held-out launches, scored and kept with commit, host, date
 """
