@@ -32,14 +32,14 @@ def run_scorecard(preset: str, launches: int = 5, world_sizes=(1, 2), predict_fr
     and ``command`` (as typed, to make it again). ValueError names the bad option before any
     process starts."""
     iters = check_scorecard(preset, launches, iters)
-    started = _now()
+    started, commit = _now(), git_commit()  # the code that runs: read before, not after
     result = held_out(preset, list(world_sizes), list(predict_from), iters=iters,
                       repeats=launches, score=True, injection=injection, unpaired=True,
                       progress=progress)
     return {"kind": "swinkit-scorecard", "preset": preset, "launches": launches,
             "iters": iters, "from": result["from"], "targets": result["targets"],
             "command": command or shlex.join(sys.argv),
-            "machine": machine(), **git_commit(), "started": started, "finished": _now(),
+            "machine": machine(), **commit, "started": started, "finished": _now(),
             "cpu_limit": CPU_LIMIT if result["launches"][0].get("basis", {}).get(
                 "probe", {}).get("backend") == "gloo" else None,
             "scorecard": scorecard(result), "held_out": result}
