@@ -50,8 +50,8 @@ def prediction_lines(r: dict) -> list[str]:
     if not rows:
         return []
     sources = {row.get("prediction_source") for row in rows} - {None}
-    where = {"paired": "measured in the DDP run's own launch (the oracle, not held out), scored "
-                       "against that launch's DDP steps, each after a barrier",
+    where = {"paired": "measured in the DDP run's own launch (the oracle, not held out; scored "
+                       "against that launch's DDP steps, each after a barrier)",
              "isolated": "measured by the component benchmarks, each in its own processes"}
     per_ws = []
     for row in rows:
@@ -63,8 +63,8 @@ def prediction_lines(r: dict) -> list[str]:
         timers = " (nothing to synchronise: a check of the timers)" if row["world_size"] == 1 else ""
         per_ws.append(f"N={row['world_size']}{timers}: {row['accuracy_pct']:.1f} %{spread}")
     mean = r.get("prediction_accuracy_pct")
-    return ["", f"prediction from components ({'; '.join(where.get(s, s) for s in sorted(sources))}"
-                f"): {'; '.join(per_ws)}"
+    return ["", f"prediction from components, {'; '.join(where.get(s, s) for s in sorted(sources))}"
+                f": {'; '.join(per_ws)}"
             + (f"; mean over N > 1: {mean:.1f} %" if mean is not None else ""),
             f"  accuracy = 100 % x (1 - |predicted - measured| / measured), "
             f"{of_what(r['runs'])}; {KAHIRA}"]
