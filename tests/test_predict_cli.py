@@ -380,3 +380,13 @@ def test_in_launch_prediction_on_the_test_preset(tmp_path):
     assert min(s["beside_backward_s"] for s in spans.values()) == 0
     assert "the buckets' all-reduces in the run" in out.stdout
     assert "launch 1, N=2: " in out.stdout.split("the buckets' all-reduces in the run")[1]
+
+
+def test_the_limit_on_cpu_is_said_under_a_cpu_prediction_only():
+    """Ranks sharing a host's cores: said where the launches ran over gloo, not over NCCL."""
+    from swinkit.attribution.prediction_assumptions import CPU_LIMIT
+    stored = _stored(Link(1.0, 1e-4))
+    stored["launches"][0]["targets"] = {}
+    for backend, said in (("gloo", True), ("nccl", False)):
+        stored["launches"][0]["basis"]["probe"] = {"backend": backend}
+        assert (f"limit: {CPU_LIMIT}" in held_out_lines(stored)) is said, backend

@@ -9,6 +9,7 @@ import datetime
 import shlex
 import sys
 
+from swinkit.attribution.prediction_assumptions import CPU_LIMIT, on_cpu
 from swinkit.attribution.scorecard import scorecard
 from swinkit.config import load_config
 from swinkit.experiments.predict_run import held_out
@@ -16,11 +17,6 @@ from swinkit.experiments.validate import git_commit, machine
 from swinkit.injection import Injection
 from swinkit.input_checks import check_int
 
-# what the model cannot know on CPU, said wherever its CPU figures are
-CPU_LIMIT = ("on CPU the ranks share the host's cores (and its caches and memory bandwidth), "
-             "which a GPU job, one rank per device, does not: the model reads that sharing "
-             "from stand-ins timed without the model, not from the model's own steps, and "
-             "misses what they miss")
 
 
 def run_scorecard(preset: str, launches: int = 5, world_sizes=(1, 2), predict_from=(1,),
@@ -40,8 +36,7 @@ def run_scorecard(preset: str, launches: int = 5, world_sizes=(1, 2), predict_fr
             "iters": iters, "from": result["from"], "targets": result["targets"],
             "command": command or shlex.join(sys.argv),
             "machine": machine(), **commit, "started": started, "finished": _now(),
-            "cpu_limit": CPU_LIMIT if result["launches"][0].get("basis", {}).get(
-                "probe", {}).get("backend") == "gloo" else None,
+            "cpu_limit": CPU_LIMIT if on_cpu(result) else None,
             "scorecard": scorecard(result), "held_out": result}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from swinkit.attribution.held_out_scores import is_in_launch, summarize
 from swinkit.attribution.miss_split import TERMS, mean_terms
+from swinkit.attribution.prediction_assumptions import CPU_LIMIT, on_cpu
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
 from swinkit.measure.bucket_spans import bucket_index
 
@@ -86,6 +87,8 @@ def held_out_lines(result: dict) -> list[str]:
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
+    if on_cpu(result):
+        out.append(f"limit: {CPU_LIMIT}")
     return out
 
 
