@@ -7,7 +7,7 @@ on N', and what does is either measured cheaply at N' without the model or model
 
 * **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
   N0, each of N' ranks given that same profile; where every one of the N' ranks ran alone in
-  its place (``--same-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
+  its place (``--in-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
   rank its own, so that the replay's steps wait for the rank that was slower alone;
 * **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
