@@ -50,11 +50,16 @@ DEFECTS = {
 }
 
 
-def _validate(monkeypatch, tmp_path, charge=None) -> tuple[int, dict]:
+def _validate(monkeypatch, tmp_path, charge=None, runs=None) -> tuple[int, dict]:
     """``swinkit validate --world-sizes 2`` with every run made by the synthetic timelines and
-    read by blame's real code (``charge``: a planted charging rule)."""
+    read by blame's real code (``charge``: a planted charging rule; ``runs`` collects the
+    injections run)."""
     from swinkit.experiments import validate as exp
-    monkeypatch.setattr(exp, "run_ddp", lambda spec, progress=None: run_result(spec))
+
+    def run(spec, progress=None):
+        (runs if runs is not None else []).append(spec.injection.describe())
+        return run_result(spec)
+    monkeypatch.setattr(exp, "run_ddp", run)
     if charge is not None:
         monkeypatch.setattr(blame, "charge_wait", charge)
     path = tmp_path / "v.json"
@@ -67,9 +72,14 @@ def _failed(record: dict) -> set:
 
 
 def test_the_current_blame_passes_every_cell(monkeypatch, tmp_path, capsys):
-    code, record = _validate(monkeypatch, tmp_path)
+    runs = []
+    code, record = _validate(monkeypatch, tmp_path, runs=runs)
     assert code == 0, [c["failures"] for c in record["cells"] if not c.get("passed")]
     assert v.tally(record["cells"]) == {"passed": 12, "failed": 0, "skipped": 0, "run": 12}
+    # 13 runs for 12 cells: the two stragglers' backward alone is the one-rank cell's run,
+    # their loading alone on rank 0 and both at once are their own
+    assert len(runs) == len(set(runs)) == 13
+    assert "data_ms=60,ranks=0,every=2" in runs
     out = capsys.readouterr().out
     assert "two_stragglers" in out and "small_backward" in out
 

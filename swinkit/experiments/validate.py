@@ -201,7 +201,9 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     """One cell scored from its run(s) (``run(case, placement)`` makes or reuses one)."""
     t = spec.thresholds
     if case == scoring.TWO_STRAGGLERS:
-        alone = {kind: run(kind, str(rank)) for kind, rank in cells_.pair_ranks(ws)}
+        # each delay alone; on the last rank it is the one-rank cell's run, made once
+        alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank))
+                 for kind, rank in cells_.pair_ranks(ws)}
         return cells_.score_pair(run(case, placement), alone, t)
     if case == scoring.SMALL_DELAY:
         return cells_.score_small(run(case, placement), spec.small_ms / 1e3, t)
