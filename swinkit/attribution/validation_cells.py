@@ -11,8 +11,8 @@ own cells and thresholds: :mod:`swinkit.attribution.validation`).
 * **A small delay** (``small_backward``): a backward a few ms slower on the last rank, near
   the noise floor: each rank's added time on backward must match the delay within the run's
   detection threshold (the noise of the estimate, :func:`~swinkit.attribution.neighbours.
-  detection_threshold`), which the cell reports; a delay below it cannot be checked here and
-  fails saying so.
+  detection_threshold`), which the cell reports; a delay below it cannot be checked there:
+  the cell is then counted apart (skipped), saying so.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from swinkit.attribution.validation import (EXPECTED, SMALL_DELAY, TWO_STRAGGLER
 PAIR = (("data_ms", 0), ("backward_ms", -1))
 SMALL_KIND = "backward_ms"
 SMALL_MS = 5.0      # per injected iteration: about a twentieth of the test preset's iteration
-SMALL_ITERS = 3     # times the matrix's measured iterations: the noise of a median shrinks
+SMALL_ITERS = 10    # times the matrix's measured iterations (100 by default, as the test
+#                     preset measures): the noise of a median of n differences shrinks as 1/sqrt(n)
 
 
 def pair_ranks(world_size: int) -> list[tuple[str, int]]:
@@ -83,8 +84,9 @@ def _late_phases(result: dict, pair: list[tuple[str, int]]) -> dict[str, str | N
 
 def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thresholds()) -> dict:
     """The small-delay cell from its run: every rank's added time on backward within the
-    larger of ``recovery_tol`` of the delay and the run's detection threshold of it; a delay
-    below the threshold fails, saying it cannot be checked here. The share, residual and
+    larger of ``recovery_tol`` of the delay and the run's detection threshold of it. A delay
+    below the threshold gets no verdict: the cell is counted as skipped, saying so, with its
+    figures kept (a noisy host cannot tell it from nothing, right or wrong). The share, residual and
     straggler are shown, not judged: near the noise floor a ratio of small differences says
     little, and the straggler is named from every iteration, the clean ones' jitter too."""
     world, key = result["world_size"], EXPECTED[SMALL_KIND]
@@ -106,11 +108,11 @@ def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thres
                 rank_recovery={r: g / amount for r, g in grown.items()},
                 addup_s=result.get("blame_addup_s"),
                 straggler={"rank": straggler.get("rank"), "phase": straggler.get("phase")})
+    if amount < threshold:  # no verdict either way: shown with its figures, counted apart
+        return {**cell, "skipped": f"the delay ({1e3 * amount:.1f} ms) is below this run's "
+                f"detection threshold ({1e3 * threshold:.1f} ms): not checkable here (more "
+                "--iters lower the threshold)"}
     failures = addup_failures(cell, thresholds)
-    if amount < threshold:
-        failures.append(f"the delay ({1e3 * amount:.1f} ms) is below this run's detection "
-                        f"threshold ({1e3 * threshold:.1f} ms): blame cannot be checked at this "
-                        "size here")
     tolerance = max(thresholds.recovery_tol * amount, threshold)
     off = {r: g for r, g in grown.items() if not abs(g - amount) <= tolerance}
     if off:

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
     p.add_argument("--small-ms", type=float, default=5.0,
                    help="the small_backward cell's delay per injected iteration, ms (default "
-                        "5; it runs 3 x --iters)")
+                        "5; it runs 10 x --iters)")
     p.add_argument("--min-share", type=float, default=0.85,
                    help="least share of the added time on the injected cause (default 0.85)")
     p.add_argument("--max-share", type=float, default=1.15,
