@@ -62,11 +62,12 @@ class Validation:
         return math.nan if value is None else value
 
     def track_share(self, sweep, world_size, injection):
-        """Share of the added time blamed on the injected cause (passes from 0.85)."""
+        """Share of the added time blamed on the injected cause (passes 0.85-1.15)."""
         return self._value(sweep, world_size, injection, "share")
     track_share.unit = "ratio"
 
     def track_recovery(self, sweep, world_size, injection):
-        """Added time blamed on the injected cause / the injected amount (passes 0.8-1.2)."""
+        """Added time blamed on the injected cause / the injected amount, the ranks' median
+        (passes 0.8-1.2, on every rank too)."""
         return self._value(sweep, world_size, injection, "recovery")
     track_recovery.unit = "ratio"

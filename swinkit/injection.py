@@ -42,17 +42,26 @@ Each behaves like the real thing it stands for, on CPU and GPU alike:
   ``optimizer_ms`` with ``every`` needs no gradient accumulation (the step is every k-th
   iteration's, and an ``every`` of the same parity would never meet it).
 
+Several specs (``--inject`` given more than once) each keep their own ranks: ``--inject
+data_ms=60,ranks=0 --inject backward_ms=50,ranks=1`` is two stragglers, late in different
+phases (:func:`combine`). Two specs that give one kind to a rank both name, two slower links,
+or two values of ``every`` conflict and are refused by name, never one silently dropped.
+
 Off by default and nothing is inserted unless a value is positive (``comm_scale`` above 1).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 DELAY_FIELDS = ("data_ms", "compute_ms", "backward_ms", "optimizer_ms", "comm_ms")
 
 
 @dataclass(frozen=True)
 class Injection:
+    """Known costs of one run. One spec (``parts`` empty), or several combined by
+    :func:`combine`: then the fields above ``parts`` summarise them (each kind's largest
+    amount, every rank any spec names) for checks such as "is there a data_ms at all", and
+    what a given rank receives is :meth:`for_rank`'s."""
     data_ms: float = 0.0
     compute_ms: float = 0.0     # the forward
     backward_ms: float = 0.0
@@ -61,29 +70,59 @@ class Injection:
     comm_scale: float = 1.0
     ranks: tuple[int, ...] | None = None   # None = every rank
     every: int = 1                         # inject on iterations it % every == 0
+    parts: tuple["Injection", ...] = ()    # the specs combined, each with its own ranks
 
     def on_iteration(self, it: int) -> bool:
         return it % self.every == 0
 
     def applies_to(self, rank: int) -> bool:
+        """Whether ``rank`` receives any of it (a spec of several: any spec naming it)."""
+        if self.parts:
+            return any(p.applies_to(rank) for p in self.parts)
         return self.ranks is None or rank in self.ranks
 
     @property
     def active(self) -> bool:
         return any(getattr(self, f) > 0 for f in DELAY_FIELDS) or self.comm_scale > 1
 
+    def for_rank(self, rank: int) -> "Injection":
+        """What ``rank`` receives, as one spec on every rank (``ranks`` None): the kinds of
+        the specs that name it. A slower link is every rank's (a collective runs at its
+        slowest link's pace), whatever its spec's ranks."""
+        amounts = {f: getattr(p, f) for p in self.parts or (self,) if p.applies_to(rank)
+                   for f in DELAY_FIELDS if getattr(p, f) > 0}
+        return Injection(**amounts, comm_scale=self.comm_scale, every=self.every)
+
+    def named_ranks(self) -> tuple[int, ...]:
+        """Every rank a spec names (none for specs on every rank)."""
+        return tuple(sorted({r for p in self.parts or (self,) for r in p.ranks or ()}))
+
     def for_world_size(self, world_size: int) -> "Injection":
         """This injection where its ranks exist at ``world_size``; a one-rank injection whose
         ranks all lie beyond it becomes no injection (the world-size-1 baseline of a sweep)."""
+        if self.parts:
+            kept = [p.for_world_size(world_size) for p in self.parts]
+            return combine([p for p in kept if p.active] or kept[:1])
         if self.ranks is None:
             return self
         kept = tuple(r for r in self.ranks if r < world_size)
-        return Injection(ranks=kept) if not kept else Injection(**{**asdict(self), "ranks": kept})
+        return Injection(ranks=kept) if not kept else Injection(**{**self._fields(), "ranks": kept})
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Injection":
+        """The injection a :meth:`to_dict` (or a result's stored ``injection``) holds; one
+        stored before ``parts`` existed reads as one spec."""
+        data = dict(data or {})
+        parts = tuple(cls.from_dict(p) for p in data.pop("parts", None) or ())
+        ranks = data.pop("ranks", None)
+        return cls(**data, ranks=None if ranks is None else tuple(ranks), parts=parts)
+
     def describe(self) -> str:
+        if self.parts:
+            return "; ".join(p.describe() for p in self.parts)
         parts = [f"{f}={getattr(self, f):g}" for f in DELAY_FIELDS if getattr(self, f) > 0]
         if self.comm_scale > 1:
             parts.append(f"comm_scale={self.comm_scale:g}")
@@ -92,6 +131,60 @@ class Injection:
         if parts and self.every > 1:
             parts.append(f"every={self.every}")
         return ",".join(parts) or "none"
+
+    def _fields(self) -> dict:
+        """This spec's own fields (no ``parts``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "parts"}
+
+
+def combine(specs: list[Injection]) -> Injection:
+    """One run's injection from several specs, each keeping its own ranks; ValueError naming
+    ``--inject`` where two conflict: one kind on a rank both name (whether to add or replace
+    is not for swinkit to guess), two slower links, or two values of ``every`` (one run gates
+    every injection on the same iterations).
+
+    >>> two = combine([parse_injection("data_ms=60,ranks=0"),
+    ...                parse_injection("backward_ms=50,ranks=1")])
+    >>> two.for_rank(0).describe(), two.for_rank(1).describe(), two.named_ranks()
+    ('data_ms=60', 'backward_ms=50', (0, 1))
+    """
+    specs = list(specs)
+    if len(specs) <= 1:
+        return specs[0] if specs else Injection()
+    if len({s.every for s in specs}) > 1:
+        given = "; ".join(s.describe() for s in specs)
+        raise ValueError(f"--inject: every differs between specs ({given}): one run injects "
+                         "on the same iterations for every spec")
+    for i, a in enumerate(specs):
+        for b in specs[i + 1:]:
+            _check_apart(a, b)
+    summary = {f: max(getattr(s, f) for s in specs) for f in DELAY_FIELDS + ("comm_scale",)}
+    ranks = (None if any(s.ranks is None for s in specs)
+             else tuple(sorted({r for s in specs for r in s.ranks})))
+    return Injection(**summary, ranks=ranks, every=specs[0].every, parts=tuple(specs))
+
+
+def _check_apart(a: Injection, b: Injection) -> None:
+    """ValueError where specs ``a`` and ``b`` give one kind to the same rank, or both slow
+    the link."""
+    if a.comm_scale > 1 and b.comm_scale > 1:
+        raise ValueError(f"--inject: two slower links ({a.describe()}; {b.describe()}): a run "
+                         "has one link, give comm_scale once")
+    both = [f for f in DELAY_FIELDS if getattr(a, f) > 0 and getattr(b, f) > 0]
+    shared = (None if a.ranks is None or b.ranks is None else set(a.ranks) & set(b.ranks))
+    if both and shared != set():
+        where = "every rank" if shared is None else "rank(s) " + "+".join(map(str, sorted(shared)))
+        raise ValueError(f"--inject: {both[0]} is given twice for {where} ({a.describe()}; "
+                         f"{b.describe()}): give each kind once per rank")
+
+
+def parse_injections(specs: list[str] | str | None) -> Injection:
+    """Several ``--inject`` specs (argparse's ``action="append"``), each parsed by
+    :func:`parse_injection` and combined (:func:`combine`); ValueError names the field or
+    the conflict."""
+    if isinstance(specs, str):
+        specs = [specs]
+    return combine([parse_injection(s) for s in specs or [] if s])
 
 
 def parse_injection(spec: str | None) -> Injection:

@@ -418,3 +418,25 @@ def test_injection_effect_survives_two_slow_clean_iterations():
     assert out["growth_s"]["exposed_comm"] == pytest.approx(0.12)
     assert out["growth_s"]["forward"] == pytest.approx(0.0)
     assert out["growth_s"]["optimizer"] == pytest.approx(0.0)
+
+
+def test_the_oracle_is_shown_with_its_worst_launch_and_without_world_size_1_in_the_mean():
+    """N=1 predicted 1.0 s for runs of 1.0, 1.0, 1.0 (100 %: nothing to synchronise, the
+    timers only); N=2 predicted 1.01, 1.19, 0.99 s for 1.0, 1.2, 1.1 (errors +1 %, -0.83 %,
+    -10 %): typical launch 99.0 %, worst 90.0 %, range 90.0-99.2 %. The mean over world
+    sizes above 1 is N=2's 99.0 %, not (100 + 99) / 2; Kahira et al.'s figure is theirs."""
+    from swinkit.report.text import prediction_lines
+    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0, 1.0])
+    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2, 1.1])
+    preds = {1: {"predicted_iter_s": 1.0, "components_s": {},
+                 "launch_predicted_iter_s": [1.0, 1.0, 1.0]},
+             2: {"predicted_iter_s": 1.01, "components_s": {},
+                 "launch_predicted_iter_s": [1.01, 1.19, 0.99]}}
+    report = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))
+    assert report["prediction_accuracy_pct"] == pytest.approx(99.0)
+    assert report["runs"][1]["worst_launch_accuracy_pct"] == pytest.approx(90.0)
+    text = "\n".join(prediction_lines(report))
+    assert ("N=2: 99.0 %, worst launch 90.0 %, range 90.0-99.2 % over 3 launches; "
+            "mean over N > 1: 99.0 %") in text
+    assert "N=1 (nothing to synchronise: a check of the timers): 100.0 %" in text
+    assert "not held out" in text and "not a bar this one clears" in text

@@ -67,7 +67,8 @@ def test_dropping_the_network_term_predicts_too_well():
     assert without["predicted_iter_s"] == pytest.approx(1.0)
     assert efficiency(1.0, without["predicted_iter_s"]) == pytest.approx(1.0)
     baselines = naive(1.0, target)
-    assert baselines == pytest.approx({"perfect_scaling_s": 1.0, "plus_allreduce_s": 1.3})
+    assert baselines == pytest.approx({"perfect_scaling_s": 1.0, "plus_allreduce_s": 1.3,
+                                      "naive_known_s": 0.0})
     assert without["comm_source"] == "network term dropped"
     assert any("none (one rank was run" in a for a in with_net["assumptions"])
 
@@ -338,8 +339,9 @@ def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_t
 def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
     """One rank of 1.0 s (0.4 forward, 0.5 backward, 0.1 optimizer), its bucket ready at the
     end of backward, the all-reduce free. At N' = 2 rank 1's forward is known to take 200 ms
-    more: both ranks meet at the bucket, so the iteration is 1.2 s where the naive
-    predictions stay at 1.0; every 2nd iteration, 1.1 s on average. Rank 0 alone: the same."""
+    more: both ranks meet at the bucket, so the iteration is 1.2 s. The naive predictions
+    know the injection too (every fact the model has): T(1) plus the 0.2 s it adds to the
+    rank it slows, 1.2 s. Every 2nd iteration, 1.1 s on average. Rank 0 alone: the same."""
     from swinkit.experiments.predict_run import predict_one
     from swinkit.injection import Injection
 
@@ -355,7 +357,9 @@ def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
     target = Target(2, [0.0], sync_wait_s=0.0)
     slow_one = predict_one(basis, 1.0, target, Injection(compute_ms=200, ranks=(1,)))
     assert slow_one["predicted_iter_s"] == pytest.approx(1.2)
-    assert slow_one["perfect_scaling_s"] == 1.0 and slow_one["plus_allreduce_s"] == 1.0
+    assert slow_one["perfect_scaling_s"] == pytest.approx(1.2)
+    assert slow_one["plus_allreduce_s"] == pytest.approx(1.2)  # the all-reduce free
+    assert predict_one(basis, 1.0, target)["perfect_scaling_s"] == 1.0  # nothing known
     assert any("compute_ms=200" in a for a in slow_one["assumptions"])
     half = predict_one(basis, 1.0, target, Injection(compute_ms=200, ranks=(1,), every=2))
     assert half["predicted_iter_s"] == pytest.approx(1.1)
@@ -518,21 +522,20 @@ def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
     monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: None)
     monkeypatch.setattr(predict_run, "score_against", lambda pred, measured, paired: None)
     monkeypatch.setattr(predict_run, "costs", lambda local_run: None)
-    monkeypatch.setattr(predict_run, "_explain_miss", lambda *args: None)
+    monkeypatch.setattr(predict_run, "explain_miss", lambda *args: None)
 
 
 def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
-    """The order of a held-out sweep of 2 launches predicting 2 from 1: one short run at 1 for
-    the buckets' sizes, then per launch the timings at 2 (without the model; twice before the
-    first launch, which has no earlier launch's to pool with), the run at 1, the prediction
-    from that run, and only then the run at 2. The prediction of each launch is made from
-    that launch's run at 1 (T(1) 1.0 s, then 1.5 s), and with the host-sharing readings of
-    the timings at 2 so far (stand-in x1.0 and x1.2 before launch 1, which predicts with
-    their mean x1.1; then x1.7: launch 2 predicts with x1.3 and keeps its own x1.7 beside
-    it, launch 1 its latest x1.2 and the earlier x1.0 apart)."""
+    """The order of a held-out command of 2 launches predicting 2 from 1: one short run at 1
+    for the buckets' sizes, then every launch alike (nothing of one launch reaches another):
+    two timings at 2 without the model, the run at 1, the prediction from that run, and only
+    then the run at 2. Each launch predicts from its own run at 1 (T(1) 1.0 s, then 1.5 s) and
+    the mean of its own two timings' host-sharing readings (stand-in x1.0 and x1.2: x1.1;
+    then x1.7 and x1.5: x1.6, not pooled with launch 1's), keeping its latest beside it and
+    the earlier one apart."""
     from swinkit.experiments import predict_run
 
-    events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2, 1.7])
+    events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2, 1.7, 1.5])
 
     def run_ddp(spec, progress):
         events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else ""))
@@ -543,30 +546,30 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
         events.append(f"timings at {ws}")
         return Target(ws, [0.0], compute_slowdown=next(slowdowns))
 
-    def predict_one(basis, t1, target, injection, basis_injection=None):
+    def predict_one(basis, t1, target, injection, basis_injection=None, t1_injection=None):
         events.append("prediction")
         return {"t1_s": t1, "slowdown": target.compute_slowdown}
 
     _fake_launches(monkeypatch, run_ddp, measure_target, predict_one)
     out = predict_run.held_out("test", [1, 2], [1], repeats=2, progress=lambda *a: None)
-    launch = ["timings at 2", "run 1", "prediction", "run 2"]
-    assert events == ["run 1 short", "timings at 2"] + launch + launch
+    launch = ["timings at 2", "timings at 2", "run 1", "prediction", "run 2"]
+    assert events == ["run 1 short"] + launch + launch
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["targets"][2]["slowdown"] for row in out["launches"]] == [
-        pytest.approx(1.1), pytest.approx(1.3)]
-    assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.2, 1.7]
-    assert [t["compute_slowdown"] for t in out["launches"][0]["timed_earlier"][2]] == [1.0]
-    assert "timed_earlier" not in out["launches"][1]
+        pytest.approx(1.1), pytest.approx(1.6)]
+    assert [row["timed"][2]["compute_slowdown"] for row in out["launches"]] == [1.2, 1.5]
+    assert [[t["compute_slowdown"] for t in row["timed_earlier"][2]]
+            for row in out["launches"]] == [[1.0], [1.7]]
 
 
-def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_beside_them(monkeypatch):
-    """With ``same_launch`` each launch is the timings at 2 and then one launch of 2 with solo
-    steps: no separate run at 1. The prediction is made from that launch's solo steps (the
-    basis of "solo_run", T(1) its iteration 1.0 s, then 1.5 s) and scored against its DDP
-    steps (2.0 s), the paired oracle from its local steps. The first launch read the model's
-    step beside the stand-in (x1.07): its prediction takes that; the second read none (as on
-    GPUs) and keeps the stand-in's."""
-    from swinkit.experiments import predict_run
+def test_in_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_beside_them(monkeypatch):
+    """With ``in_launch`` each launch is its two timings at 2 and then one launch of 2 with
+    solo steps: no separate run at 1. The prediction is made from that launch's solo steps
+    (the basis of "solo_run", T(1) its iteration 1.0 s, then 1.5 s) and scored against its
+    DDP steps (2.0 s), the paired oracle from its local steps. The first launch read the
+    model's step beside the stand-in (x1.07): its prediction takes that; the second read none
+    (as on GPUs) and keeps the stand-in's. The result says in-launch, never held out."""
+    from swinkit.experiments import predict_in_launch, predict_run
 
     events, t1s, scored = [], iter([1.0, 1.5]), []
     besides = iter([{"ratio": 1.07, "per_rank": [1.05, 1.09]}, None])
@@ -586,31 +589,35 @@ def test_same_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_besid
         events.append(f"prediction from {basis['part']}")
         return {"t1_s": t1, "model_slowdown": target.model_slowdown}
 
-    monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
+    for module in (predict_run, predict_in_launch):
+        monkeypatch.setattr(module, "run_ddp", run_ddp)
+        monkeypatch.setattr(module, "basis_of", lambda run, part="local_run": {"part": part})
     monkeypatch.setattr(predict_run, "measure_target", measure_target)
-    monkeypatch.setattr(predict_run, "predict_one", predict_one)
-    monkeypatch.setattr(predict_run, "basis_of", lambda run, part="local_run": {"part": part})
-    monkeypatch.setattr(predict_run, "predict_from", lambda run, spec: run)
-    monkeypatch.setattr(predict_run, "score_against",
+    monkeypatch.setattr(predict_in_launch, "predict_one", predict_one)
+    monkeypatch.setattr(predict_in_launch, "predict_from", lambda run, spec: run)
+    monkeypatch.setattr(predict_in_launch, "score_against",
                         lambda pred, measured, paired: scored.append((measured, paired)))
     explained = []  # the miss split from the solo basis and the launch's own local steps
-    monkeypatch.setattr(predict_run, "costs", lambda local_run: local_run)
-    monkeypatch.setattr(predict_run, "_explain_miss", lambda pred, basis, target, paired, s, *inj:
+    monkeypatch.setattr(predict_in_launch, "costs", lambda local_run: local_run)
+    monkeypatch.setattr(predict_in_launch, "explain_miss",
+                        lambda pred, basis, target, paired, s, *inj:
                         explained.append((basis["part"], target.world_size, paired)))
-    out = predict_run.held_out("test", [1, 2], [1], repeats=2, same_launch=True,
+    out = predict_run.held_out("test", [1, 2], [1], repeats=2, in_launch=True,
                                progress=lambda *a: None)
     assert explained == [("solo_run", 2, "the local steps")] * 2
-    launch = ["timings at 2", "run 2 solo", "prediction from solo_run"]
-    assert events == ["run 1 short", "timings at 2"] + launch + launch  # two before the first
-    assert len(out["launches"][0]["timed_earlier"][2]) == 1
+    launch = ["timings at 2", "timings at 2", "run 2 solo", "prediction from solo_run"]
+    assert events == ["run 1 short"] + launch + launch
+    assert [len(row["timed_earlier"][2]) for row in out["launches"]] == [1, 1]
     assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
     assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
     assert [row["targets"][2]["model_slowdown"] for row in out["launches"]] == [1.07, None]
     assert out["launches"][0]["targets"][2]["beside_slowdown"]["per_rank"] == [1.05, 1.09]
-    assert scored == [(2.0, "the local steps")] * 2 and out["same_launch"]
+    assert scored == [(2.0, "the local steps")] * 2
+    assert out["in_launch"] and "same_launch" not in out
+    assert all(row["in_launch"] for row in out["launches"])
     for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
-        with pytest.raises(ValueError, match="--same-launch"):
-            predict_run.held_out("test", [1, 2, 4], sources, score=score, same_launch=True)
+        with pytest.raises(ValueError, match="--in-launch"):
+            predict_run.held_out("test", [1, 2, 4], sources, score=score, in_launch=True)
 
 
 def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buckets(monkeypatch):
@@ -632,7 +639,7 @@ def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buck
         scales.append(comm_scale)
         return Target(ws, [0.0])
 
-    def predict_one(basis, t1, target, injection, basis_injection=None):
+    def predict_one(basis, t1, target, injection, basis_injection=None, t1_injection=None):
         passed.append((injection.comm_scale, basis_injection.comm_scale))
         return {}
 
@@ -640,7 +647,7 @@ def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buck
     predict_run.held_out("test", [1, 2], [1], repeats=1, progress=lambda *a: None,
                          injection=Injection(comm_scale=4, compute_ms=10))
     assert runs == [(1, 2, 1.0, 10), (1, 10, 4, 10), (2, 10, 4, 10)]
-    assert scales == [4, 4] and passed == [(4, 4)]  # both timings before the first launch
+    assert scales == [4, 4] and passed == [(4, 4)]  # both timings before the launch
 
 
 def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_timings():

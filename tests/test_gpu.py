@@ -172,7 +172,8 @@ def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypat
     """The held-out prediction's timings at N' (the buckets' all-reduces and the buffer
     broadcast; at 2 GPUs and more the contention and lockstep stand-ins too) over NCCL on the
     GPUs, as the paired run at 1 they predict from ran."""
-    from swinkit.experiments.predict_run import _paired, measure_target, predict_one
+    from swinkit.experiments.held_out_parts import paired_spec as _paired, predict_one
+    from swinkit.experiments.target_timing import measure_target
     from swinkit.injection import Injection
     from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import run_ddp
@@ -198,7 +199,7 @@ def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
     beside steps (the stand-in is host work, the model's compute the GPU's)."""
     import dataclasses
 
-    from swinkit.experiments.predict_run import _paired
+    from swinkit.experiments.held_out_parts import paired_spec as _paired
     from swinkit.injection import Injection
     from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import run_ddp

@@ -115,29 +115,29 @@ def test_mean_terms_tell_a_bias_from_one_launchs_noise():
 
 
 def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not():
-    """``_explain_miss`` splits a clean launch's miss from the run's own components (here the
+    """``explain_miss`` splits a clean launch's miss from the run's own components (here the
     paired costs above standing for that run's local steps) and leaves a launch with an
     injection at N' alone: a straggler known there is no input of the run's own to swap."""
-    from swinkit.experiments import predict_run
+    from swinkit.experiments import held_out_parts
     from swinkit.injection import Injection
 
     basis = {"costs": _basis(), "host": vars(BIG_HOST)}
     pred = {}
-    predict_run._explain_miss(pred, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
-                              Injection())
+    held_out_parts.explain_miss(pred, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
+                                Injection())
     assert pred["miss_split"]["terms_s"]["communication"] == pytest.approx(0.2)
     injected = {}
-    predict_run._explain_miss(injected, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
+    held_out_parts.explain_miss(injected, basis, Target(2, [0.2, 0.1]), _paired(), 1.7, None,
                               Injection(compute_ms=40, ranks=(1,)))
     assert injected == {}
     # a split that cannot be made is noted, not raised: the launches scored are kept
     odd = {}
-    predict_run._explain_miss(odd, basis, Target(2, [0.2, 0.1]), {**_paired(), "grad_accum": 2},
+    held_out_parts.explain_miss(odd, basis, Target(2, [0.2, 0.1]), {**_paired(), "grad_accum": 2},
                               1.7, None, Injection())
     assert "accumulate differently" in odd["miss_split"]["error"]
     # whatever stops it: a run at N' that kept no components (the asv suite's sweep)
     none = {}
-    predict_run._explain_miss(none, basis, Target(2, [0.2, 0.1]), None, 1.7)
+    held_out_parts.explain_miss(none, basis, Target(2, [0.2, 0.1]), None, 1.7)
     assert none["miss_split"]["error"].startswith("TypeError")
 
 

@@ -11,7 +11,7 @@ Examples:
     .venv/bin/python tools/attribute.py --list-remedies      # the what-if catalogue
     .venv/bin/python tools/attribute.py --run --preset test --engine ddp,zero1 --grad-accum 1,2,4
     .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1,2 --predict-from 1
-                                                             # 2 predicted from 1, then run: scored
+                                                             # 2 predicted from 1, then run: held out
     .venv/bin/python tools/attribute.py --run --preset cpu --world-sizes 1 --predict 2,4 \
         --json p.json                                        # predicted only, nothing run at 2, 4
     .venv/bin/python tools/attribute.py --stored p.json --predict 8 --nodes 2,4 \
@@ -55,9 +55,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3,
                    help="with --run: launches per world size, interleaved (default 3): the lost "
                         "time's noise floor and intervals come from their spread")
-    p.add_argument("--inject", help="with --run: known costs, e.g. data_ms=40,ranks=1 (see "
-                                    "swinkit ddp); a one-rank injection applies only at world "
-                                    "sizes where that rank exists")
+    p.add_argument("--inject", action="append", metavar="SPEC",
+                   help="with --run: known costs, e.g. data_ms=40,ranks=1 (see swinkit ddp); "
+                        "repeat it for costs on other ranks; a one-rank injection applies "
+                        "only at world sizes where that rank exists")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
                         "the global batch fixed (the preset's images per rank x the largest "
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from swinkit.result_files import write_json_atomic
     from swinkit.report.page import write_html
     from swinkit.report.text import text_report
-    from swinkit.injection import parse_injection
+    from swinkit.injection import parse_injections
 
     if args.run and args.iters is None and not args.engine and not args.what_if:
         try:  # the attribution: the preset says how many its iteration time needs
@@ -129,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
-    if args.same_launch and not (args.run and args.predict_from):
-        return _failed(ValueError("--same-launch needs --run --predict-from 1: it makes the "
+    if args.in_launch and not (args.run and args.predict_from):
+        return _failed(ValueError("--in-launch needs --run --predict-from 1: it makes the "
                                   "run at 1 inside the launch it scores"))
+    if args.scaling == "strong" and (args.predict or args.predict_from):
+        return _failed(ValueError("--scaling strong: a prediction of world sizes not run "
+                                  "assumes weak scaling (each rank's work as in the run it "
+                                  "is predicted from); use --scaling weak"))
     # --nodes alone predicts from a stored report (--stored, or the one asv kept)
     if args.predict or args.predict_from or args.stored or (args.nodes and not args.run):
         return _predict(args)
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             remedies = select(args.what_if)  # unknown names fail here, before any launch
         if args.run:
             inputs = from_run(args.preset, args.world_sizes,
-                              parse_injection(args.inject), iters=args.iters,
+                              parse_injections(args.inject), iters=args.iters,
                               repeats=args.repeats, scaling=args.scaling)
         else:
             inputs = from_asv(Path(args.results), args.machine, args.commit)
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             predictions = (Path(args.json).with_suffix(".predictions.json") if args.json
                            else ROOT / "results" / "what-if.predictions.json")
             report.update(what_if(args.preset, args.world_sizes, remedies,
-                                  iters=args.iters, injection=parse_injection(args.inject),
+                                  iters=args.iters, injection=parse_injections(args.inject),
                                   predictions_path=predictions))
     except InputError as exc:
         print(f"attribute: {exc}", file=sys.stderr)
@@ -249,11 +254,13 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predict-from", metavar="N1,N2", type=_comma_ints("--predict-from"),
                    help="with --run: predict each --world-sizes size above these from them "
                         "only, then run it and report the error per launch (held out)")
-    p.add_argument("--same-launch", action="store_true",
-                   help="with --run --predict-from 1: make the run at 1 inside each launch at "
-                        "N' (each rank alone in turn, the others idle, step by step between "
-                        "the DDP steps), so that the run predicted from and the run scored "
-                        "meet the host's same moments, and each rank's own speed is known")
+    p.add_argument("--in-launch", "--same-launch", dest="in_launch", action="store_true",
+                   help="with --run --predict-from 1: IN-LAUNCH, NOT HELD OUT: make the run at "
+                        "1 inside each launch at N' (each rank alone in turn, the others idle, "
+                        "step by step between the DDP steps) and score the prediction against "
+                        "that launch's DDP steps; the run predicted from shares the scored "
+                        "run's launch, which a user who has not run N' cannot have (held out: "
+                        "without it, or swinkit scorecard)")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (from a stored report: default fitted to its "
@@ -298,13 +305,13 @@ def _predict(args) -> int:
             lines = held_out_lines(report)
         elif args.run:
             from swinkit.experiments.predict_run import held_out
-            from swinkit.injection import parse_injection
+            from swinkit.injection import parse_injections
             sources = args.predict_from or args.world_sizes
             sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
             report = held_out(args.preset, sizes, sources, iters=args.iters,
                               repeats=args.repeats, score=not args.predict,
-                              injection=parse_injection(args.inject),
-                              same_launch=args.same_launch)
+                              injection=parse_injections(args.inject),
+                              in_launch=args.in_launch)
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:
             report, lines = _projection(args)

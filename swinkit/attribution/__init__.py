@@ -10,6 +10,7 @@
     inputs.py       measurements read from asv's stored results
     asv_names.py    the benchmark ids read here (checked against benchmarks/ by a test)
     blame.py        each wait charged to the rank and phase that caused it
+    blame_of_run.py a run's blame figures from its ranks' results (recorded runs read again)
     neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
     extrapolate.py  the iteration at a world size not run (held out), from a smaller run
@@ -25,4 +26,6 @@
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes
+    validation_cells.py the cells that tell charging rules apart: two stragglers, a small delay
+    scorecard.py    a held-out prediction's scorecard: worst launch, range, naive beside, host spread
 """

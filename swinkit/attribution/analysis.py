@@ -38,6 +38,9 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
                    prediction_error_interval=[min(per_launch), max(per_launch)]
                    if len(per_launch) >= 2 else None,
                    launch_prediction_error=per_launch,
+                   # the worst launch beside the typical one (each launch's own error)
+                   worst_launch_accuracy_pct=(100 * (1 - max(map(abs, per_launch)))
+                                              if per_launch else None),
                    prediction_error_of_medians=of_medians["prediction_error"],
                    **(typical_launch_error(per_launch) if per_launch_pairs else of_medians))
     notes = []
@@ -68,7 +71,9 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         "loader_headroom": loader_headroom(supply, demand) if supply else None,
         "table3_projection_hours": {str(k): v for k, v in
                                     table3_projection(inputs.measured, THESIS_BASE_ITERS).items()},
-        "prediction_accuracy_pct": _mean([r.get("accuracy_pct") for r in rows]),
+        # over the world sizes that synchronise: at 1 nothing is replayed but the timers
+        "prediction_accuracy_pct": _mean([r.get("accuracy_pct") for r in rows
+                                          if r["world_size"] > 1]),
         "recommendations": recommend(rows),
         # null where the results hold no accumulation runs (asv's bench_engines.GradAccum)
         "grad_accum": grad_accum_summary(inputs.grad_accum) or None,

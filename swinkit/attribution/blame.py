@@ -185,6 +185,18 @@ def _blame_one(k, ranks, syncs, intervals, timelines, per_iter, out: BlameResult
         row["blame"][UNATTRIBUTED] += unattributed
 
 
+def addup_error(blame: dict[int, list[dict]], iterations: dict[int, list[float]]) -> float:
+    """The largest gap, over ranks and measured iterations, between a rank's blame row and its
+    iteration time: blame moves seconds between keys and never makes or loses any, so each row
+    adds up to its iteration (a wait counted twice would not).
+
+    >>> addup_error({0: [{"forward": 0.25, "backward": 0.5}]}, {0: [0.5]})
+    0.25
+    """
+    return max((abs(sum(row.values()) - t) for r, rows in blame.items()
+                for row, t in zip(rows, iterations[r])), default=0.0)
+
+
 def resolution(clocks: list[dict]) -> float:
     """Blame's resolution for ranks whose clocks are these results' ``clock`` entries: a
     difference between two ranks' times may be off by both ranks' errors, so the two widest

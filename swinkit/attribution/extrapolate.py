@@ -7,7 +7,7 @@ on N', and what does is either measured cheaply at N' without the model or model
 
 * **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
   N0, each of N' ranks given that same profile; where every one of the N' ranks ran alone in
-  its place (``--same-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
+  its place (``--in-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
   rank its own, so that the replay's steps wait for the rank that was slower alone;
 * **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
@@ -248,7 +248,10 @@ def efficiency(t1: float, tn: float) -> float:
     return t1 / tn
 
 
-def naive(t1: float, target: Target) -> dict:
+def naive(t1: float, target: Target, known_s: float = 0.0) -> dict:
     """The two baselines: perfect scaling (T(N') = T(1)), and T(1) plus the buckets' isolated
-    all-reduce at N' (no overlap, nothing else changes)."""
-    return {"perfect_scaling_s": t1, "plus_allreduce_s": t1 + sum(target.bucket_comm_s)}
+    all-reduce at N' (no overlap, nothing else changes); each with ``known_s``, what a cost
+    known at N' (an injected straggler) adds to its slowest rank, as the model knows it."""
+    return {"perfect_scaling_s": t1 + known_s,
+            "plus_allreduce_s": t1 + known_s + sum(target.bucket_comm_s),
+            "naive_known_s": known_s}

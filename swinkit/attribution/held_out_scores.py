@@ -11,26 +11,53 @@ def score_against(pred: dict, measured_iter_s: float, paired: dict | None) -> No
     the paired oracle of that run (not held out: it shows which term the model missed)."""
     pred["measured_iter_s"] = measured_iter_s
     pred["measured_efficiency"] = pred["t1_s"] / measured_iter_s
-    names = [("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
-             ("plus_allreduce_s", "plus_allreduce"), ("no_network_s", "no_network")]
     if paired:
         pred["paired_oracle_s"] = paired["predicted_iter_s"]
         pred["paired_components_s"] = paired["components_s"]  # what the model missed
-        names.append(("paired_oracle_s", "paired"))
-    pred["accuracy"] = {name: accuracy(pred[key], measured_iter_s) for key, name in names}
+    pred["accuracy"] = {name: accuracy(pred[key], measured_iter_s) for key, name in PREDICTORS
+                        if key in pred}
 
 
-def summarize(launches: list[dict], targets: list[int]) -> dict:
-    """Per target size: each launch's accuracy per predictor, and the worst launch's."""
+def score_unpaired(pred: dict, unpaired_iter_s: float) -> None:
+    """Add to a scored ``pred`` the same configuration run unpaired (plain DDP steps: no local
+    steps beside them, no barrier before each), every predictor's accuracy against it
+    (``accuracy_unpaired``), and the gap the paired launch's barrier makes (unpaired less
+    paired DDP iteration: the barrier lines the ranks up before each step, hiding a late
+    rank's optimizer and tail from the step after it).
+
+    >>> pred = {"predicted_iter_s": 1.0, "perfect_scaling_s": 0.9, "plus_allreduce_s": 1.0,
+    ...         "no_network_s": 0.9, "paired_oracle_s": 1.05, "measured_iter_s": 1.0}
+    >>> score_unpaired(pred, 1.1)
+    >>> round(pred["barrier_gap_s"], 6), round(pred["accuracy_unpaired"]["paired"]["accuracy_pct"], 2)
+    (0.1, 95.45)
+    """
+    pred["unpaired_iter_s"] = unpaired_iter_s
+    pred["barrier_gap_s"] = unpaired_iter_s - pred["measured_iter_s"]
+    names = [(key, name) for key, name in PREDICTORS if key in pred]
+    pred["accuracy_unpaired"] = {name: accuracy(pred[key], unpaired_iter_s)
+                                 for key, name in names}
+
+
+# each predictor's figure in a scored prediction, and its name in ``accuracy``
+PREDICTORS = (("predicted_iter_s", "model"), ("perfect_scaling_s", "perfect"),
+              ("plus_allreduce_s", "plus_allreduce"), ("no_network_s", "no_network"),
+              ("paired_oracle_s", "paired"))
+
+
+def summarize(launches: list[dict], targets: list[int], scored: str = "accuracy") -> dict:
+    """Per target size: each launch's accuracy per predictor, the worst launch's and the best
+    (``scored``: "accuracy" against the paired run's DDP steps, "accuracy_unpaired" against
+    the unpaired run)."""
     out = {}
     for ws in targets:
-        rows = [row["targets"][ws] for row in launches if "accuracy" in row["targets"].get(ws, {})]
+        rows = [row["targets"][ws] for row in launches if scored in row["targets"].get(ws, {})]
         if not rows:
             continue
-        names = rows[0]["accuracy"]
-        out[ws] = {name: {"per_launch_pct": [r["accuracy"][name]["accuracy_pct"] for r in rows],
-                          "worst_pct": min(r["accuracy"][name]["accuracy_pct"] for r in rows)}
-                   for name in names}
+        out[ws] = {}
+        for name in rows[0][scored]:
+            pcts = [r[scored][name]["accuracy_pct"] for r in rows]
+            out[ws][name] = {"per_launch_pct": pcts, "worst_pct": min(pcts),
+                             "best_pct": max(pcts)}
     return out
 
 
@@ -54,3 +81,10 @@ def repeatability(launches: list[dict]) -> dict:
             pcts = [accuracy(a, b)["accuracy_pct"] for a, b in zip(times, times[1:])]
             out[ws] = {"per_pair_pct": pcts, "worst_pct": min(pcts)}
     return out
+
+
+def is_in_launch(result: dict) -> bool:
+    """Whether a prediction's result was made in-launch (not held out); results stored before
+    the key was renamed say ``same_launch``."""
+    return bool(result.get("in_launch", result.get("same_launch", False)))
+

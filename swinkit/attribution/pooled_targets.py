@@ -1,5 +1,5 @@
-"""The timings at N' of several held-out launches pooled for the next prediction: the readings
-of the host's sharing averaged, the network's the latest launch's (no torch)."""
+"""The timings at N' a held-out launch made before its prediction, pooled: the readings of the
+host's sharing averaged, the network's the latest timing's (no torch)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +10,11 @@ from swinkit.attribution.extrapolate import Target
 
 def pooled(history: list[Target]) -> Target:
     """The latest timings at N' with the readings of the host's sharing (the stand-in's
-    compute slowdown, the loader's, and the waits) averaged over every timing so far. Each
-    reading scatters from one moment to the next by as much as the effect it reads (the stand-in by
-    a few per cent around x1.03 on a 2-core host), and the run it predicts comes at yet
-    another moment: the mean of several moments guesses it better than the latest alone.
+    compute slowdown, the loader's, and the waits) averaged over ``history`` (a launch's own
+    timings, made before its prediction). Each reading scatters from one moment to the next by
+    as much as the effect it reads (the stand-in by a few per cent around x1.03 on a 2-core
+    host), and the run it predicts comes at yet another moment: the mean of several moments
+    guesses it better than the latest alone.
     The network timings stay the latest's."""
     latest = history[-1]
     if len(history) == 1:
@@ -26,7 +27,7 @@ def pooled(history: list[Target]) -> Target:
         return statistics.fmean(timed(name)) if timed(name) else None
 
     slowdowns = ", ".join(f"x{x:.3f}" for x in timed("compute_slowdown"))
-    note = (f"the host's sharing at N', averaged over the timings so far: the stand-in's "
+    note = (f"the host's sharing at N', averaged over the launch's timings: the stand-in's "
             f"slowdown over {len(timed('compute_slowdown'))} ({slowdowns or 'none timed'}), "
             f"the loader's over {len(timed('loader_slowdown'))}, "
             f"the lockstep wait over {len(timed('sync_wait_s'))}, the wait in the model's "

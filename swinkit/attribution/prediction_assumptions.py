@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from swinkit.attribution.rank_profiles import in_place
 
+# what the model cannot know on CPU, said under every CPU prediction (its report, the scorecard)
+CPU_LIMIT = ("on CPU the ranks share the host's cores (and its caches and memory bandwidth), "
+             "which a GPU job, one rank per device, does not: the model reads that sharing "
+             "from stand-ins timed without the model, not from the model's own steps, and "
+             "misses what they miss")
+
+
+def on_cpu(result: dict) -> bool:
+    """Whether a held-out result's launches ran on CPU (their timings went over gloo)."""
+    launches = result.get("launches") or [{}]
+    return (launches[0].get("basis") or {}).get("probe", {}).get("backend") == "gloo"
+
 
 def assumptions(costs: dict, target, host, ratio: float | None) -> list[str]:
     """What the prediction at ``target`` (an :class:`~swinkit.attribution.extrapolate.Target`)

@@ -23,7 +23,7 @@ def median_profile(costs: dict) -> list[dict]:
 
 
 def in_place(costs: dict, n: int, ranks_per_node: int | None = None) -> bool:
-    """Whether the basis holds world size 1 in each place of the N' ranks (a ``--same-launch``
+    """Whether the basis holds world size 1 in each place of the N' ranks (a ``--in-launch``
     basis: every rank of the launch at N' ran alone in turn), so that rank r at N' is
     predicted from rank r alone, its own speed. Only for N' ranks on the one host they ran
     on (``ranks_per_node`` None or N'): elsewhere one host's ranks say nothing of another's."""

@@ -7,6 +7,7 @@ Commands:
     verify-data  decode every image and label map of a data root; name the bad files
     ddp          the instrumented DDP iteration on N ranks: per-phase table and JSON
     validate     blame checked against injected, known causes on this machine (docs/validate.md)
+    scorecard    a held-out prediction scored over K fresh launches (docs/prediction.md)
 
 Examples:
     python -m swinkit describe --preset thesis --json
@@ -15,6 +16,7 @@ Examples:
     python -m swinkit ddp --preset test --world-size 2 --json r.json
     python -m swinkit ddp --preset test --world-size 2 --inject compute_ms=20,ranks=1
     python -m swinkit validate --preset test --world-sizes 1,2
+    python -m swinkit scorecard --preset test --launches 5
 
 Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
 """
@@ -25,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from swinkit.cli import scorecard as scorecard_cli
 from swinkit.cli import validate as validate_cli
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
@@ -81,10 +84,12 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
     p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
-    p.add_argument("--inject", help="known costs: data_ms=F,compute_ms=F (the forward),"
-                                    "backward_ms=F,optimizer_ms=F,comm_ms=F,comm_scale=K,"
-                                    "ranks=1+2,every=N (see docs/blame.md, 'Injecting known "
-                                    "costs')")
+    p.add_argument("--inject", action="append", metavar="SPEC",
+                   help="known costs: data_ms=F,compute_ms=F (the forward),backward_ms=F,"
+                        "optimizer_ms=F,comm_ms=F,comm_scale=K,ranks=1+2,every=N; repeat it "
+                        "for costs on other ranks (--inject data_ms=60,ranks=0 --inject "
+                        "backward_ms=50,ranks=1: two stragglers; a kind given twice for one "
+                        "rank is refused) (see docs/blame.md, 'Injecting known costs')")
     p.add_argument("--json", dest="json_path", help="write the result JSON here (atomically)")
     p.add_argument("--trace", help="write torch.profiler traces here, one file per rank, and the "
                                    "ranks' timeline beside them (swinkit-timeline.json)")
@@ -109,6 +114,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="micro-batches per optimizer step (default 1)")
     p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
     validate_cli.add_parser(sub)
+    scorecard_cli.add_parser(sub)
     return parser
 
 
@@ -193,7 +199,8 @@ def _ddp(args) -> int:
 
 
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
-            "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command}
+            "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command,
+            "scorecard": scorecard_cli.command}
 
 
 def warn_untested_torch() -> None:

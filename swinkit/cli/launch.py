@@ -42,7 +42,7 @@ def run_spec(args):
     """The :class:`~swinkit.runs.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
     from swinkit.launch import LaunchConfig
     from swinkit.runs.ddp_run import DDPRunSpec
-    from swinkit.injection import parse_injection
+    from swinkit.injection import parse_injections
     launch = LaunchConfig(
         world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
         rdzv_endpoint=args.rdzv_endpoint, local_addr=args.local_addr, backend=args.backend,
@@ -50,7 +50,7 @@ def run_spec(args):
         threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
     return DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
                       warmup=args.warmup, workers=args.workers,
-                      injection=parse_injection(args.inject), data_root=args.data_root,
+                      injection=parse_injections(args.inject), data_root=args.data_root,
                       overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
                       launch=launch, ddp_timers=args.ddp_timers)
 

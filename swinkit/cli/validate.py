@@ -2,9 +2,12 @@
 
 For each world size, each injection and each placement (all ranks; the last rank alone) one
 run with the injection on every 2nd iteration; then per world size the confusion matrix
-(injected cause x blamed cause), recovery of the injected amount, the straggler named, and a
-verdict per cell (docs/validate.md). Saved as JSON with the machine and the git commit
-(default ``results/validation/<host>-<commit>.json``), where the attribution report finds it.
+(injected cause x blamed cause), recovery of the injected amount on every rank, the straggler
+named, and a verdict per cell; and two cells that tell ways of charging waits apart: two
+stragglers at once (rank 0's loading and the last rank's backward, held to each delay run
+alone) and a small delay near the noise floor (its detection threshold reported)
+(docs/validate.md). Saved as JSON with the machine and the git commit (default
+``results/validation/<host>-<commit>.json``), where the attribution report finds it.
 
     python -m swinkit validate --preset test --world-sizes 1,2
     python -m swinkit validate --world-sizes 4 --oversubscribe --cases compute_ms,backward_ms
@@ -19,7 +22,8 @@ import sys
 
 from swinkit.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
-CASES_DEFAULT = "data_ms,compute_ms,backward_ms,optimizer_ms,comm_ms"
+CASES_DEFAULT = ("data_ms,compute_ms,backward_ms,optimizer_ms,comm_ms,"
+                 "two_stragglers,small_backward")
 
 
 def add_parser(sub) -> None:
@@ -37,10 +41,17 @@ def add_parser(sub) -> None:
                    help="injected per injected iteration, ms (default 120)")
     p.add_argument("--iters", type=int, default=10, help="measured iterations per run (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
+    p.add_argument("--small-ms", type=float, default=5.0,
+                   help="the small_backward cell's delay per injected iteration, ms (default "
+                        "5; it runs 10 x --iters)")
     p.add_argument("--min-share", type=float, default=0.85,
                    help="least share of the added time on the injected cause (default 0.85)")
+    p.add_argument("--max-share", type=float, default=1.15,
+                   help="largest share of the added time on the injected cause (default 1.15)")
+    p.add_argument("--max-residual", type=float, default=0.10,
+                   help="the row's residual must lie within +- this (default 0.10)")
     p.add_argument("--recovery-tolerance", type=float, default=0.20,
-                   help="recovery must lie within 1 +- this (default 0.20)")
+                   help="recovery must lie within 1 +- this, on every rank (default 0.20)")
     p.add_argument("--oversubscribe", action="store_true",
                    help="allow more CPU ranks than cores (the ranks then share cores)")
     p.add_argument("--timeout", type=float, default=600.0, help="per run, s (default 600)")
@@ -65,9 +76,11 @@ def spec_from_args(args):
     spec = ValidateSpec(
         preset=args.preset, world_sizes=_split("world-sizes", args.world_sizes, int),
         cases=_split("cases", args.cases), placements=_split("placements", args.placements),
-        amount_ms=args.amount_ms, iters=args.iters, warmup=args.warmup,
+        amount_ms=args.amount_ms, small_ms=args.small_ms, iters=args.iters, warmup=args.warmup,
         oversubscribe=args.oversubscribe, data_root=args.data_root, wall_timeout_s=args.timeout,
-        thresholds=Thresholds(min_share=args.min_share, recovery_tol=args.recovery_tolerance))
+        thresholds=Thresholds(min_share=args.min_share, max_share=args.max_share,
+                              max_residual=args.max_residual,
+                              recovery_tol=args.recovery_tolerance))
     try:
         spec.validate()
     except ValueError as exc:  # name the option the user typed, not the field
@@ -77,6 +90,8 @@ def spec_from_args(args):
 
 def _as_option(message: str) -> str:
     for name, option in (("world_sizes", "--world-sizes"), ("min_share", "--min-share"),
+                         ("max_share", "--max-share"), ("max_residual", "--max-residual"),
+                         ("small_ms", "--small-ms"),
                          ("recovery_tol", "--recovery-tolerance"), ("amount_ms", "--amount-ms"),
                          ("cases", "--cases"), ("placements", "--placements"),
                          ("iters", "--iters"), ("warmup", "--warmup"),

@@ -31,7 +31,7 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
     images = images_per_rank(preset, world_sizes, scaling)
     injection = injection or Injection()
     notes = [f"injection {injection.describe()} is not applied at world size {ws}: "
-             f"rank(s) {list(injection.ranks)} do not exist there"
+             f"rank(s) {list(injection.named_ranks())} do not exist there"
              for ws in world_sizes if injection.active and not injection.for_world_size(ws).active]
     runs: dict[int, list[dict]] = {ws: [] for ws in world_sizes}
     predictions: dict[int, list[dict]] = {ws: [] for ws in world_sizes}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from swinkit.attribution.extrapolate import Host, injected_positions
-from swinkit.injection import Injection
+from swinkit.injection import Injection, combine
 
 
 def injected_costs(injection: Injection | None, world_size: int, host: Host):
@@ -14,11 +14,24 @@ def injected_costs(injection: Injection | None, world_size: int, host: Host):
     ``predict_at``'s ``injected``), and the late start of its all-reduces (``comm_ms``)."""
     if injection is None or not injection.active:
         return None, None
-    ranks = [r for r in range(world_size) if injection.applies_to(r)]
-    extra = phase_costs(injection, host)
-    delay = {r: injection.comm_ms * 1e-3 / injection.every for r in ranks} \
-        if injection.comm_ms else None
-    return ({r: extra for r in ranks} if extra else None), delay
+    own = {r: injection.for_rank(r) for r in range(world_size)}  # each spec its own ranks
+    extra = {r: costs for r, i in own.items() if (costs := phase_costs(i, host))}
+    delay = {r: i.comm_ms * 1e-3 / i.every for r, i in own.items() if i.comm_ms}
+    return extra or None, delay or None
+
+
+def slowest_injected_s(injection: Injection | None, world_size: int, host: Host) -> float:
+    """What ``injection`` adds to an iteration on the rank it slows most (its phases' costs
+    and its all-reduces' late start): the fact a naive prediction takes of a known
+    straggler, as the model takes each rank's.
+
+    >>> slowest_injected_s(combine([Injection(compute_ms=50, ranks=(1,)),
+    ...                             Injection(comm_ms=20, ranks=(0,))]), 2, Host(cores=2))
+    0.05
+    """
+    extra, delay = injected_costs(injection, world_size, host)
+    return max((sum((extra or {}).get(r, {}).values()) + (delay or {}).get(r, 0.0)
+                for r in range(world_size)), default=0.0)
 
 
 def phase_costs(injection: Injection, host: Host) -> dict[str, float]:

@@ -4,7 +4,7 @@ asv's bench_predict kept) at sizes it did not measure, with the ring model's com
 from __future__ import annotations
 
 from swinkit.attribution.links import Link, fit_link_or_bandwidth, ring_target
-from swinkit.experiments.predict_run import predict_one
+from swinkit.experiments.held_out_parts import predict_one
 
 
 def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),

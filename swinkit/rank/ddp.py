@@ -122,7 +122,8 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
     if local and paired:
         raise ValueError("local and paired exclude each other")
-    injection = Injection(**(inject or {}))
+    # what this rank receives: each --inject spec keeps its own ranks
+    injection = Injection.from_dict(inject).for_rank(rank.rank)
     options = DDPOptions.from_dict(ddp_options)
     run = setup_rank(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
                  ddp_timers, options, local, paired)
@@ -141,7 +142,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
             GATE.on = injection.on_iteration(it) and kind not in ("solo", "beside")
             GATE.iteration = n  # what each measured injection is filed under
-            run.injected.append(GATE.on and injection.active and injection.applies_to(rank.rank))
+            run.injected.append(GATE.on and injection.active)  # this rank's own injection
             if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
                 # before every measured optimizer step (the same n on every rank): the ranks
                 # leave their local steps at different times, so line them up outside any

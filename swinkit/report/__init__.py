@@ -11,4 +11,5 @@
     engine_compare.py  engines side by side: one table, one figure
     validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
+    scorecard.py    ``swinkit scorecard`` as text
 """

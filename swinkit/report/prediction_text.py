@@ -4,7 +4,9 @@ assumptions listed. Rendering only: the numbers come from
 :mod:`swinkit.experiments.predict_run` and :mod:`swinkit.attribution.links`."""
 from __future__ import annotations
 
+from swinkit.attribution.held_out_scores import is_in_launch, summarize
 from swinkit.attribution.miss_split import TERMS, mean_terms
+from swinkit.attribution.prediction_assumptions import CPU_LIMIT, on_cpu
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
 from swinkit.measure.bucket_spans import bucket_index
 
@@ -16,14 +18,18 @@ PREDICTORS = (("model", "swinkit (predicted)"), ("perfect", "perfect scaling T(1
 def _heading(result: dict, scored: bool) -> str:
     """What was predicted from what, and how the prediction was kept apart from the run."""
     src = ",".join(str(s) for s in result["from"])
-    how = ("every 'predicted' figure was made from the steps of each rank alone in turn "
-           "(world size 1 in each rank's place) interleaved step by step with the DDP steps "
-           "of the launch at that size, and from "
-           "nothing of those DDP steps, then scored against them" if result.get("same_launch")
-           else "every 'predicted' figure was made before any DDP run at that size"
-           + (" and then scored against it" if scored else ""))
-    return (f"Predicted world sizes {','.join(str(t) for t in result['targets'])} (KxG: K nodes "
-            f"of G ranks) from world size(s) {src} ({result['preset']} preset): {how}")
+    sizes = ",".join(str(t) for t in result["targets"])
+    if is_in_launch(result):
+        return (f"IN-LAUNCH PREDICTION, NOT HELD OUT: world sizes {sizes} from world size 1 "
+                f"({result['preset']} preset), made from the steps of each rank alone in turn "
+                "(world size 1 in each rank's place) interleaved step by step with the DDP "
+                "steps of the launch at that size, then scored against those DDP steps: the "
+                "run predicted from shares the scored run's launch, which a user who has not "
+                "run that size cannot have (held out: separate launches)")
+    how = ("HELD OUT: every 'predicted' figure was made before, and apart from, any DDP run "
+           "at that size" + (", then scored against it" if scored else ""))
+    return (f"Predicted world sizes {sizes} (KxG: K nodes of G ranks) from world size(s) "
+            f"{src} ({result['preset']} preset). {how}")
 
 
 def held_out_lines(result: dict) -> list[str]:
@@ -57,12 +63,12 @@ def held_out_lines(result: dict) -> list[str]:
     if loads:
         out.append("host load average (1 min) at each launch: "
                    + ", ".join(f"{x:.1f}" for x in loads))
-    for ws, by in sorted((result.get("summary") or {}).items(), key=lambda kv: int(kv[0])):
-        out.append(f"world size {ws}, accuracy per launch (worst):")
-        for key, label in PREDICTORS:
-            if key in by:
-                pcts = ", ".join(f"{v:.1f}" for v in by[key]["per_launch_pct"])
-                out.append(f"  {label:38s} {pcts} % ({by[key]['worst_pct']:.1f} %)")
+    kind = "in-launch" if is_in_launch(result) else "held-out"
+    out += accuracy_lines(result.get("summary") or {}, f"{kind} accuracy per launch")
+    out += accuracy_lines(summarize(result["launches"], result["targets"], "accuracy_unpaired"),
+                          "against the same configuration run unpaired (plain DDP steps, no "
+                          "barrier between them), accuracy per launch")
+    out += barrier_lines(result["launches"])
     out += repeatability_lines(result.get("repeatability") or {})
     first = result["launches"][0]["targets"] if result["launches"] else {}
     for ws, p in sorted(first.items(), key=lambda kv: kv[1]["world_size"]):
@@ -81,13 +87,44 @@ def held_out_lines(result: dict) -> list[str]:
     if first:
         out.append("assumptions:")
         out += [f"  - {a}" for a in next(iter(first.values()))["assumptions"]]
+    if on_cpu(result):
+        out.append(f"limit: {CPU_LIMIT}")
+    return out
+
+
+def accuracy_lines(summary: dict, what: str) -> list[str]:
+    """Per target size, each predictor's accuracy in every launch, its worst and its range."""
+    out = []
+    for ws, by in sorted(summary.items(), key=lambda kv: int(kv[0])):
+        out.append(f"world size {ws}, {what} (worst; range):")
+        for key, label in PREDICTORS:
+            if key in by:
+                r = by[key]
+                pcts = ", ".join(f"{v:.1f}" for v in r["per_launch_pct"])
+                best = r.get("best_pct", max(r["per_launch_pct"]))
+                out.append(f"  {label:38s} {pcts} % ({r['worst_pct']:.1f} %; "
+                           f"{best - r['worst_pct']:.1f} points)")
+    return out
+
+
+def barrier_lines(launches: list[dict]) -> list[str]:
+    """Per target size, what the paired launch's barrier hid: the unpaired run's iteration
+    less the paired run's DDP steps', per launch."""
+    out = []
+    for ws in (launches[0]["targets"] if launches else {}):
+        gaps = [(row["targets"][ws]["barrier_gap_s"], row["targets"][ws]["measured_iter_s"])
+                for row in launches if "barrier_gap_s" in row["targets"].get(ws, {})]
+        if gaps:
+            out.append(f"world size {ws}, the unpaired run less the paired run's DDP steps "
+                       "(what the barrier before each paired step hides), per launch: "
+                       + ", ".join(f"{1e3 * g:+.1f} ms ({g / t:+.1%})" for g, t in gaps))
     return out
 
 
 def sharing_lines(launches: list[dict]) -> list[str]:
     """Per target size, each launch's compute slowdown by the shared host as predicted with
-    beside the stand-in's own reading in that launch: how much the averaging (or, in a launch
-    that carries the run at 1, the model's own beside steps) moved it. Only from a basis at 1:
+    beside the stand-in's own reading at that launch's last timing: how much the averaging
+    (or, in a launch that carries the run at 1, the model's own beside steps) moved it. Only from a basis at 1:
     from more ranks the stand-in is not used (the basis's own compute already shares the
     host)."""
     out = []
@@ -99,10 +136,10 @@ def sharing_lines(launches: list[dict]) -> list[str]:
         own = [(row.get("timed") or {}).get(ws, {}).get("compute_slowdown") for row in launches]
         if None in used or None in own:
             continue
-        first = 1 + len((launches[0].get("timed_earlier") or {}).get(ws, []))
+        timings = 1 + len((launches[-1].get("timed_earlier") or {}).get(ws, []))
         how = ("read from the model's own step in each launch, beside the stand-in against "
                "alone" if all(row["targets"][ws].get("beside_slowdown") for row in launches)
-               else f"averaged over the timings so far, {first} before the first launch")
+               else f"averaged over the launch's own {timings} timings")
         out.append(f"compute slowed by the shared host at N={ws}, per launch: "
                    + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading at "
                    "each launch's last timing: " + ", ".join(f"x{x:.3f}" for x in own)

@@ -13,30 +13,53 @@ from swinkit.result_files import write_text_atomic
 SHORT = {"data_wait": "data", "forward": "fwd", "backward": "bwd", "exposed_comm": "comm",
          "optimizer": "opt", "other": "other", "unattributed": "unattr", "residual": "resid"}
 HEAD = (["injected", "on", "expected"] + [SHORT[k] for k in ROW_KEYS]
-        + ["recovery", "amount ms", "straggler", "verdict"])
+        + ["recovery", "per rank", "amount ms", "straggler", "verdict"])
 READING = ("Each row is one run with the injection on every 2nd iteration: its added time "
-           "(injected vs clean neighbouring iterations) split by blamed cause, in % of the "
-           "added time; resid is what the per-cause medians leave unplaced, so a row adds up "
-           "to 100 %. recovery = added time blamed on the injected cause / the injected amount "
-           "(measured by the injection; requested where it measures nothing: data_ms). "
-           "straggler = the rank and phase blame names as making the others wait most.")
+           "(injected vs clean neighbouring iterations, every rank's, the ranks that waited "
+           "too) split by blamed cause, in % of the added time (the ranks' median); resid is "
+           "what the per-cause medians leave unplaced, so a row adds up to 100 %. recovery = "
+           "added time blamed on the injected cause / the injected amount (measured by the "
+           "injection; requested where it measures nothing: data_ms); per rank: its lowest "
+           "and highest over the ranks. straggler = the rank and phase blame names as making "
+           "the others wait most. two_stragglers: rank 0's loading and the last rank's "
+           "backward slowed at once, each cause held to what it added alone; small_backward: "
+           "a delay near the noise floor, held within its detection threshold.")
 
 
 def _row(cell: dict) -> list[str]:
-    where = "all" if cell["placement"] == "all" else f"rank {cell['world_size'] - 1}"
+    where = {"all": "all", "pair": "ranks " + "+".join(map(str, cell.get("ranks", [])))}.get(
+        cell["placement"], f"rank {cell['world_size'] - 1}")
     head = [cell["case"], where, cell.get("expected") or "-"]
+    blank = [""] * (len(ROW_KEYS) + 4)
     if "skipped" in cell:
-        return head + [""] * len(ROW_KEYS) + ["", "", "", "skipped: " + cell["skipped"]]
+        return head + blank + ["skipped: " + cell["skipped"]]
     if "row" not in cell:
-        return head + [""] * len(ROW_KEYS) + ["", "", "", "FAIL: " + "; ".join(cell["failures"])]
+        return head + blank + ["FAIL: " + "; ".join(cell["failures"])]
     shares = [_pct(cell["row"][k]) for k in ROW_KEYS]
-    s = cell["straggler"]
-    straggler = "-" if s["rank"] is None else f"{s['rank']}/{s['phase']}"
     verdict = "pass" if cell["passed"] else "FAIL: " + "; ".join(cell["failures"])
     if cell.get("foreign_cores", 0.0) > BUSY_CORES:  # NaN (unreadable) is not shown as busy
         verdict += f" [machine busy: other processes took {cell['foreign_cores']:.1f} cores]"
+    return head + shares + _figures(cell) + [verdict]
+
+
+def _figures(cell: dict) -> list[str]:
+    """recovery, per rank (lowest-highest), amount, straggler of a cell that ran."""
+    ranks = cell.get("rank_recovery") or {}
+    if "late" in cell:  # the two stragglers: per cause, against what it added alone
+        values = [x for by_rank in ranks.values() for x in by_rank.values()]
+        late = " ".join(f"{r}/{p}" for r, p in cell["late"].items())
+        alone = "+".join(f"{1e3 * t:.0f}" for t in cell["truth_s"].values())
+        return ["-", _span(values), alone + " alone", late]
+    s = cell["straggler"]
+    straggler = "-" if s["rank"] is None else f"{s['rank']}/{s['phase']}"
     amount = f"{1e3 * cell['amount_s']:.0f}" + ("" if cell["amount_source"] == "measured" else "*")
-    return head + shares + [f"{cell['recovery']:.2f}", amount, straggler, verdict]
+    if "threshold_s" in cell:  # the small delay, beside its detection threshold
+        amount = f"{1e3 * cell['amount_s']:.1f} (noise {1e3 * cell['threshold_s']:.1f})"
+    return [f"{cell['recovery']:.2f}", _span(list(ranks.values())), amount, straggler]
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}" if values else "-"
 
 
 def _pct(share: float) -> str:
@@ -72,10 +95,12 @@ def _setting(validation: dict) -> str:
             f"injected iteration, {validation['iters']} measured iterations (every 2nd "
             f"injected); host {m['hostname']}, {m.get('cpu_count')} CPUs, GPUs "
             f"{', '.join(m.get('gpus') or []) or 'none'}; commit "
-            f"{(validation.get('commit') or 'unknown')[:12]}{dirty}. A cell passes with >= "
-            f"{th['min_share']:.0%} of the added time on the injected cause, recovery within "
-            f"1 +- {th['recovery_tol']:g} and, for one rank, that rank named straggler in the "
-            "injected phase.")
+            f"{(validation.get('commit') or 'unknown')[:12]}{dirty}. A cell passes with "
+            f"{th['min_share']:.0%}-{th.get('max_share', float('inf')):.0%} of the added time on "
+            f"the injected cause, a residual within +-{th.get('max_residual', 1):.0%}, recovery "
+            f"within 1 +- {th['recovery_tol']:g} on every rank, each rank's blame adding up to "
+            f"its iteration within {1e3 * th.get('addup_tol_s', 0):g} ms and, for one rank, "
+            "that rank named straggler in the injected phase.")
 
 
 def text(validation: dict) -> str:
@@ -92,13 +117,36 @@ def text(validation: dict) -> str:
         lines.append("")
     lines.append("shares in % of the added time; * amount requested (the injection measures "
                  "nothing)")
+    lines += cell_notes(validation)
     lines.append(verdict_line(validation))
     return "\n".join(lines)
+
+
+def cell_notes(validation: dict) -> list[str]:
+    """What the two-stragglers and small-delay cells found beyond their row: whether the two
+    delays added up or overlapped, and the detection threshold near the noise floor."""
+    out = []
+    for c in validation["cells"]:
+        if "sum_alone_s" in c:
+            grew, total, most = c["added_s"], c["sum_alone_s"], c["max_alone_s"]
+            which = "their sum" if abs(grew - total) < abs(grew - most) else "their maximum"
+            out.append(f"N={c['world_size']} two stragglers: the iteration grew "
+                       f"{1e3 * grew:.0f} ms; each delay alone {1e3 * most:.0f} ms at most, "
+                       f"{1e3 * total:.0f} ms together: nearer {which} (a rank late at one "
+                       "collective and another late at the next add up; late at the same one, "
+                       "the later decides)")
+        if "threshold_s" in c:
+            out.append(f"N={c['world_size']} small delay: detection threshold "
+                       f"{1e3 * c['threshold_s']:.1f} ms on {c['expected']}, "
+                       f"{1e3 * c['iteration_threshold_s']:.1f} ms on the iteration (twice the "
+                       "noise of the median difference)")
+    return out
 
 
 def html_section(validation: dict) -> str:
     """The matrix as a page section (for the attribution report's page, or its own)."""
     parts = [para(verdict_line(validation), "lead"), para(_setting(validation)), para(READING)]
+    parts += [para(note) for note in cell_notes(validation)]
     for ws, cells in _by_world_size(validation).items():
         failed = [n for n, c in enumerate(cells) if "skipped" not in c and not c.get("passed")]
         parts.append(table(HEAD, [_row(c) for c in cells], caption=_title(validation, ws),

@@ -86,8 +86,8 @@ def predict_from(comp: dict, spec) -> dict:
     """The oracle's prediction of ``spec`` from a component run: a ``local`` run's result, or
     a paired run's ``local_run``."""
     injection = spec.injection
-    delay = ({r: injection.comm_ms / 1e3 for r in range(spec.world_size)
-              if injection.applies_to(r)} if injection.comm_ms > 0 else {})
+    delay = {r: own.comm_ms / 1e3 for r in range(spec.world_size)
+             if (own := injection.for_rank(r)).comm_ms > 0}  # each spec its own ranks
     pred = simulate(costs(comp), delay)
     pred.update(local_iter_s=comp["per_batch_s"], bucket_comm_s=comp["ranks"][0]["comm"]["bucket_s"],
                 broadcast_s=comp["ranks"][0]["comm"]["broadcast_s"],

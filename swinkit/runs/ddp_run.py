@@ -14,9 +14,9 @@ import torch
 from swinkit.config import load_config
 from swinkit.data.loader import ensure_data
 from swinkit.launch import LaunchConfig, launch
-from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
+from swinkit.attribution.blame import annotate
 from swinkit.attribution.blame import resolution as blame_resolution
-from swinkit.attribution.neighbours import injection_effect
+from swinkit.attribution.blame_of_run import blame_figures
 from swinkit.input_checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.bucket_spans import bucket_spans
@@ -99,7 +99,7 @@ class DDPRunSpec:
                              "iteration, out of step with the injected ones")
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
-        bad = [r for r in (self.injection.ranks or ()) if r >= total]
+        bad = [r for r in self.injection.named_ranks() if r >= total]
         if bad:
             raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
         cfg = load_config(self.preset, self.data_root, self.overrides)
@@ -174,16 +174,10 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         return out
     out.update(aggregate_phases(ranks, PHASES))
     out["ddp_cross_check"] = cross_check(ranks)
+    out.update(blame_figures(ranks, spec.warmup, spec.injection))
     timelines = {r["rank"]: r["timeline"] for r in ranks}
-    blame = compute_blame(timelines, spec.warmup,
-                          resolution_s=blame_resolution([r["clock"] for r in ranks]))
-    out.update(summarize_blame(blame))
     if not spec.local:  # the buckets' all-reduces as the run had them (a local run has none)
         out["bucket_spans"] = bucket_spans(timelines, spec.warmup)
-    out["injected_measured_s"] = injected_measured(ranks)
-    if spec.injection.active and spec.injection.every > 1:  # injected vs clean neighbours
-        out["injection_effect"] = injection_effect({r["rank"]: r["iteration"] for r in ranks}, blame.blame,
-                                      {r["rank"]: r["injected"] for r in ranks})
     annotate(timelines)  # sync_wait / transfer on every blocking collective, for the trace
     out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
     out["clock"] = _clock_summary(ranks)
@@ -194,23 +188,6 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     if beside:
         out["beside_slowdown"] = beside_slowdown(ranks, spec.ddp.grad_accum)
     return out
-
-
-def injected_measured(ranks: list[dict]) -> dict[str, float]:
-    """Per injection kind, what one requested delay measured on the device (the median over
-    the injected ranks of each one's median call): the amount recovery is held to, not the
-    requested figure (a sleep kernel's clock moves under load).
-
-    >>> injected_measured([{"injected_call_s": {"compute": 0.25}},
-    ...                    {"injected_call_s": {"compute": 0.75, "comm": None}}, {}])
-    {'compute': 0.5}
-    """
-    calls: dict[str, list[float]] = {}
-    for r in ranks:
-        for name, seconds in (r.get("injected_call_s") or {}).items():
-            if seconds is not None:
-                calls.setdefault(name, []).append(seconds)
-    return {name: statistics.median(v) for name, v in calls.items()}
 
 
 def _clock_summary(ranks: list[dict]) -> dict:

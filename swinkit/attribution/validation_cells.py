@@ -1,0 +1,122 @@
+"""The ground-truth cells that tell charging rules apart (``swinkit validate``; the matrix's
+own cells and thresholds: :mod:`swinkit.attribution.validation`).
+
+* **Two stragglers** (``two_stragglers``): rank 0's loading and the last rank's backward made
+  slower in the same iterations. Each late rank makes the other wait at a different collective
+  (the buffer broadcast, the gradient sync), so every rank's row must hold both causes, each
+  at what it added when run alone (the ground truth: the same delays run one at a time). A
+  rule that charges a wait over the late rank's own phases, or to its longest one, puts part
+  of a rank's wait on forward. Whether the delays added up or overlapped (the iteration grew
+  by their sum, or by their maximum) is read from the runs alone, and shown.
+* **A small delay** (``small_backward``): a backward a few ms slower on the last rank, near
+  the noise floor: each rank's added time on backward must match the delay within the run's
+  detection threshold (the noise of the estimate, :func:`~swinkit.attribution.neighbours.
+  detection_threshold`), which the cell reports; a delay below it cannot be checked there:
+  the cell is then counted apart (skipped), saying so.
+"""
+from __future__ import annotations
+
+from swinkit.attribution.validation import (EXPECTED, SMALL_DELAY, TWO_STRAGGLERS, Thresholds,
+                                            addup_failures, injected_amount, matrix_row,
+                                            split_failures)
+
+# the two stragglers: (injection kind, its rank; -1 the last)
+PAIR = (("data_ms", 0), ("backward_ms", -1))
+SMALL_KIND = "backward_ms"
+SMALL_MS = 5.0      # per injected iteration: about a twentieth of the test preset's iteration
+SMALL_ITERS = 10    # times the matrix's measured iterations (100 by default, as the test
+#                     preset measures): the noise of a median of n differences shrinks as 1/sqrt(n)
+
+
+def pair_ranks(world_size: int) -> list[tuple[str, int]]:
+    """The two stragglers' (kind, rank) at ``world_size`` (at least 2)."""
+    return [(kind, rank % world_size) for kind, rank in PAIR]
+
+
+def score_pair(both: dict, alone: dict[str, dict], thresholds: Thresholds = Thresholds()) -> dict:
+    """The two-stragglers cell from the run with both delays (``both``) and each delay's run
+    alone (``alone``: kind -> ``run_ddp``'s dict).
+
+    Returns the cell: ``row`` and ``share`` (on both causes together), ``truth_s`` (each
+    cause's added time on its key, alone), ``rank_recovery`` (per cause, each rank's added
+    time on its key over that truth), ``added_s`` beside ``sum_alone_s`` and ``max_alone_s``,
+    ``late`` (each late rank's phase blamed for the waits it caused), ``passed``, ``failures``.
+    """
+    world = both["world_size"]
+    pair = pair_ranks(world)
+    keys = [EXPECTED[kind] for kind, _ in pair]
+    cell = {"world_size": world, "case": TWO_STRAGGLERS, "placement": "pair",
+            "expected": "+".join(keys), "ranks": [rank for _, rank in pair]}
+    effects = [both.get("injection_effect")] + [alone[k].get("injection_effect") for k, _ in pair]
+    if not all(effects):
+        return {**cell, "passed": False, "failures": ["a run had no injected iteration with a "
+                                                      "clean neighbour: nothing to compare"]}
+    effect, singles = effects[0], dict(zip(keys, effects[1:]))
+    row = matrix_row(effect)
+    truth = {key: singles[key]["growth_s"][key] for key in keys}
+    cell.update(row=row, share=sum(row[k] for k in keys), added_s=effect["added_iter_s"],
+                pairs=effect.get("pairs"), truth_s=truth,
+                sum_alone_s=sum(e["added_iter_s"] for e in singles.values()),
+                max_alone_s=max(e["added_iter_s"] for e in singles.values()),
+                rank_recovery={key: {r: v["growth_s"][key] / truth[key]
+                                     for r, v in effect["per_rank"].items()} for key in keys},
+                late=_late_phases(both, pair), addup_s=both.get("blame_addup_s"))
+    failures = split_failures(cell, keys, thresholds) + addup_failures(cell, thresholds)
+    failures += [f"truth: {key} alone added {1e3 * t:+.0f} ms, nothing to hold blame to"
+                 for key, t in truth.items() if not t > 0]
+    for key, by_rank in cell["rank_recovery"].items():
+        off = {r: x for r, x in by_rank.items() if not abs(x - 1.0) <= thresholds.recovery_tol}
+        if truth[key] > 0 and off:
+            failures.append(f"{key} on rank " + ", ".join(f"{r} {x:.2f}" for r, x in off.items())
+                            + f" of what it added alone (needs 1 +- {thresholds.recovery_tol:g})")
+    failures += [f"rank {rank}'s waits caused charged to {got}, injected {want}"
+                 for (rank, want), got in zip([(r, EXPECTED[k]) for k, r in pair],
+                                              cell["late"].values()) if got != want]
+    return {**cell, "failures": failures, "passed": not failures}
+
+
+def _late_phases(result: dict, pair: list[tuple[str, int]]) -> dict[str, str | None]:
+    """Per late rank of the pair, the phase blame charged most of the waits it caused to."""
+    caused = result.get("wait_caused_s") or {}
+    return {str(rank): max(caused[str(rank)], key=caused[str(rank)].get)
+            if caused.get(str(rank)) else None for _, rank in pair}
+
+
+def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thresholds()) -> dict:
+    """The small-delay cell from its run: every rank's added time on backward within the
+    larger of ``recovery_tol`` of the delay and the run's detection threshold of it. A delay
+    below the threshold gets no verdict: the cell is counted as skipped, saying so, with its
+    figures kept (a noisy host cannot tell it from nothing, right or wrong). The share, residual and
+    straggler are shown, not judged: near the noise floor a ratio of small differences says
+    little, and the straggler is named from every iteration, the clean ones' jitter too."""
+    world, key = result["world_size"], EXPECTED[SMALL_KIND]
+    cell = {"world_size": world, "case": SMALL_DELAY, "placement": "one", "expected": key,
+            "requested_s": requested_s}
+    effect = result.get("injection_effect")
+    if not effect or not effect.get("noise_s"):
+        return {**cell, "passed": False, "failures": ["too few clean iterations to read the "
+                                                      "delay or the noise"]}
+    amount, source = injected_amount(result, SMALL_KIND, requested_s)
+    threshold = effect["noise_s"][key]
+    grown = {r: v["growth_s"][key] for r, v in effect["per_rank"].items()}
+    row = matrix_row(effect)
+    straggler = result.get("straggler") or {}
+    cell.update(row=row, share=row[key], added_s=effect["added_iter_s"], amount_s=amount,
+                amount_source=source, threshold_s=threshold,
+                iteration_threshold_s=effect["noise_s"]["iteration"], pairs=effect.get("pairs"),
+                recovery=effect["growth_s"][key] / amount,
+                rank_recovery={r: g / amount for r, g in grown.items()},
+                addup_s=result.get("blame_addup_s"),
+                straggler={"rank": straggler.get("rank"), "phase": straggler.get("phase")})
+    if amount < threshold:  # no verdict either way: shown with its figures, counted apart
+        return {**cell, "skipped": f"the delay ({1e3 * amount:.1f} ms) is below this run's "
+                f"detection threshold ({1e3 * threshold:.1f} ms): not checkable here (more "
+                "--iters lower the threshold)"}
+    failures = addup_failures(cell, thresholds)
+    tolerance = max(thresholds.recovery_tol * amount, threshold)
+    off = {r: g for r, g in grown.items() if not abs(g - amount) <= tolerance}
+    if off:
+        failures.append(f"{key} grew on rank " + ", ".join(f"{r} {1e3 * g:.1f}" for r, g in
+                                                           off.items())
+                        + f" ms for {1e3 * amount:.1f} ms (needs within {1e3 * tolerance:.1f})")
+    return {**cell, "failures": failures, "passed": not failures}

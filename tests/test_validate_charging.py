@@ -1,0 +1,173 @@
+"""``swinkit validate`` can catch a blame bug: its scoring run on blame's real output, for
+synthetic 2-rank timelines built as a rank records them (``tests/blame_timelines.py``: the test
+preset's iteration, known delays), with each of three plausible defects planted in how blame
+charges a wait. The current blame passes every cell; each defect makes the command exit 1.
+
+The defects, each a rule a reader could write for "charge the wait to the late rank":
+
+* counted twice: the wait stays where the waiting rank sat and is charged to the cause as well
+  (here: charged to the cause twice; the same signature, blame adding up to more than the
+  iteration);
+* the whole wait to the late rank's longest phase since the previous collective;
+* the wait split over the late rank's own phases in proportion to its time in each (not to
+  how much longer than the waiting rank it spent in each).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from blame_timelines import run_result, simulate
+
+from swinkit.attribution import blame
+from swinkit.attribution import validation as v
+from swinkit.attribution.blame_of_run import blame_figures
+from swinkit.cli import main
+from swinkit.injection import Injection, combine
+
+REAL = blame.charge_wait
+
+
+def counted_twice(wait, late, waiting, resolution_s=blame.RESOLUTION_S):
+    charged, unattributed = REAL(wait, late, waiting, resolution_s)
+    return {p: 2 * s for p, s in charged.items()}, unattributed
+
+
+def longest_phase(wait, late, waiting, resolution_s=blame.RESOLUTION_S):
+    return {max(late, key=late.get): wait}, 0.0
+
+
+def own_phases(wait, late, waiting, resolution_s=blame.RESOLUTION_S):
+    total = sum(s for s in late.values() if s > 0)
+    return {p: wait * s / total for p, s in late.items() if s > 0}, 0.0
+
+
+# each defect and the cells it fails at world size 2 (the others pass, as with no defect)
+DEFECTS = {
+    "counted twice": (counted_twice, "all"),
+    "longest phase": (longest_phase, {("small_backward", "one")}),
+    "own phases": (own_phases, {("comm_ms", "one"), ("small_backward", "one")}),
+}
+
+
+def _validate(monkeypatch, tmp_path, charge=None, runs=None) -> tuple[int, dict]:
+    """``swinkit validate --world-sizes 2`` with every run made by the synthetic timelines and
+    read by blame's real code (``charge``: a planted charging rule; ``runs`` collects the
+    injections run)."""
+    from swinkit.experiments import validate as exp
+
+    def run(spec, progress=None):
+        (runs if runs is not None else []).append(spec.injection.describe())
+        return run_result(spec)
+    monkeypatch.setattr(exp, "run_ddp", run)
+    if charge is not None:
+        monkeypatch.setattr(blame, "charge_wait", charge)
+    path = tmp_path / "v.json"
+    code = main(["validate", "--world-sizes", "2", "--json", str(path)])
+    return code, json.loads(path.read_text())
+
+
+def _failed(record: dict) -> set:
+    return {(c["case"], c["placement"]) for c in record["cells"] if c.get("passed") is False}
+
+
+def test_the_current_blame_passes_every_cell(monkeypatch, tmp_path, capsys):
+    runs = []
+    code, record = _validate(monkeypatch, tmp_path, runs=runs)
+    assert code == 0, [c["failures"] for c in record["cells"] if not c.get("passed")]
+    assert v.tally(record["cells"]) == {"passed": 12, "failed": 0, "skipped": 0, "run": 12}
+    # 13 runs for 12 cells: the two stragglers' backward alone is the one-rank cell's run,
+    # their loading alone on rank 0 and both at once are their own
+    assert len(runs) == len(set(runs)) == 13
+    assert "data_ms=60,ranks=0,every=2" in runs
+    out = capsys.readouterr().out
+    assert "two_stragglers" in out and "small_backward" in out
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_each_planted_charging_defect_fails_the_matrix(monkeypatch, tmp_path, name):
+    charge, cells = DEFECTS[name]
+    code, record = _validate(monkeypatch, tmp_path, charge)
+    assert code == 1
+    every = {(c["case"], c["placement"]) for c in record["cells"]}
+    assert _failed(record) == (every if cells == "all" else cells)
+
+
+def test_waits_counted_twice_show_as_blame_that_misses_its_iteration(monkeypatch):
+    """Rank 1 loads 120 ms slower; rank 0 waits about 120 ms for it each injected iteration.
+    Counted twice, rank 0's blame holds 240 ms more than its iteration grew: its row's
+    residual is -100 %, the ranks' median (their mean, two ranks) -50 %, and a rank's blame
+    misses its iteration by the wait, which blame as written never does (it moves seconds)."""
+    spec = Injection(data_ms=60, ranks=(1,), every=2)
+    ranks = simulate(2, spec)
+    right = blame_figures(ranks, 2, spec)
+    assert right["blame_addup_s"] < 1e-9
+    monkeypatch.setattr(blame, "charge_wait", counted_twice)
+    wrong = blame_figures(ranks, 2, spec)
+    assert wrong["blame_addup_s"] == pytest.approx(0.120, rel=0.05)
+    cell = v.score_cell({**wrong, "world_size": 2}, "data_ms", "one", 0.120)
+    assert cell["row"]["residual"] == pytest.approx(-0.5, abs=0.03)
+    assert cell["rank_recovery"]["0"] == pytest.approx(2.0, abs=0.05)
+
+
+def test_the_waiting_ranks_row_is_read_and_holds_the_charged_wait():
+    """A forward 120 ms slower on rank 1: rank 0's own phases do not change, it waits at the
+    gradient sync, and blame charges that wait to rank 1's forward: rank 0's row grows by
+    about 120 ms on forward as rank 1's does (recovery about 1 on both ranks)."""
+    spec = Injection(compute_ms=120, ranks=(1,), every=2)
+    cell = v.score_cell(run_result(_spec(spec)), "compute_ms", "one", 0.120)
+    assert set(cell["rank_recovery"]) == {"0", "1"}
+    assert all(r == pytest.approx(1.0, abs=0.05) for r in cell["rank_recovery"].values())
+    assert cell["passed"], cell["failures"]
+
+
+def test_two_stragglers_held_to_each_delay_alone_and_their_sum_shown():
+    """Rank 0 loads 120 ms slower and rank 1's backward takes 120 ms more, in the same
+    iterations: rank 1 waits for rank 0 at the buffer broadcast, rank 0 for rank 1 at the
+    gradient sync, so the iteration grows by about the sum of what each adds alone (240 ms),
+    not their maximum, and each rank's row holds both causes at what each added alone."""
+    from swinkit.attribution.validation_cells import score_pair
+    data = Injection(data_ms=60, ranks=(0,), every=2)
+    late = Injection(backward_ms=120, ranks=(1,), every=2)
+    cell = score_pair(run_result(_spec(combine([data, late]))),
+                      {"data_ms": run_result(_spec(data)), "backward_ms": run_result(_spec(late))})
+    assert cell["passed"], cell["failures"]
+    assert cell["sum_alone_s"] == pytest.approx(0.240, rel=0.05)
+    assert cell["added_s"] == pytest.approx(cell["sum_alone_s"], rel=0.05)
+    assert cell["late"] == {"0": "data_wait", "1": "backward"}
+
+
+def test_a_delay_below_the_detection_threshold_gets_no_verdict_and_says_so():
+    """On a host whose noise hides a 5 ms delay, the cell can say nothing of blame: counted
+    apart (neither passed nor failed), its threshold named; above it, it is judged."""
+    from swinkit.attribution.validation_cells import score_small
+    result = run_result(_spec(Injection(backward_ms=5, ranks=(1,), every=2), iters=30))
+    assert score_small(result, 0.005)["passed"]
+    result["injection_effect"]["noise_s"]["backward"] = 0.008  # as a busy host would read
+    cell = score_small(result, 0.005)
+    assert "passed" not in cell and v.tally([cell])["skipped"] == 1
+    assert "below this run's detection threshold (8.0 ms)" in cell["skipped"]
+    assert cell["threshold_s"] == 0.008 and "row" in cell  # its figures kept
+
+
+def test_the_matrix_text_says_what_the_new_cells_found(monkeypatch, tmp_path, capsys):
+    _validate(monkeypatch, tmp_path)
+    out = capsys.readouterr().out
+    assert "N=2 two stragglers: the iteration grew" in out and "nearer their sum" in out
+    assert "N=2 small delay: detection threshold" in out
+
+
+@pytest.mark.parametrize("args, field", [(["--max-share", "0.9"], "--max-share"),
+                                         (["--max-residual", "0"], "--max-residual"),
+                                         (["--small-ms", "0"], "--small-ms"),
+                                         (["--cases", "three_stragglers"], "--cases")])
+def test_bad_thresholds_exit_2_naming_the_option(monkeypatch, capsys, args, field):
+    from swinkit.experiments import validate as exp
+    monkeypatch.setattr(exp, "run_ddp", lambda *a, **k: pytest.fail("a process started"))
+    assert main(["validate", *args]) == 2
+    assert f"swinkit validate: error: {field}" in capsys.readouterr().err
+
+
+def _spec(injection: Injection, iters: int = 10):
+    from swinkit.runs.ddp_run import DDPRunSpec
+    return DDPRunSpec(preset="test", world_size=2, iters=iters, warmup=2, injection=injection)
