@@ -1,0 +1,106 @@
+"""The training precision at the configuration boundary (torch-free): the names, what each
+means, what a CPU or an older GPU can measure, the preset knob and its refusals, and the
+thesis projection's device compute per precision."""
+from __future__ import annotations
+
+import pytest
+
+from swinkit.precision import (PRECISIONS, bf16_fast_on_cpu, check_precision, cpu_has_bf16,
+                               parse_precision)
+
+
+def test_each_precision_is_applied_as_users_train_in_it():
+    """Written out from the issue's definition, not from the table under test: autocast only
+    for bf16/fp16, TF32 with tf32 and bf16, a GradScaler with fp16 alone."""
+    expected = {"fp32": (None, False, False), "tf32": (None, True, False),
+                "bf16": ("bfloat16", True, False), "fp16": ("float16", False, True)}
+    assert {n: (p.autocast, p.tf32, p.loss_scaling) for n, p in PRECISIONS.items()} == expected
+
+
+@pytest.mark.parametrize("bad", ["amp", "FP32", "", None, 16])
+def test_an_unknown_precision_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match=r"^--precision must be one of fp32, tf32, bf16, fp16"):
+        parse_precision(bad, field="--precision")
+
+
+def test_fp16_on_cpu_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="precision fp16 is refused on CPU: fp16 exists for "
+                                         "GPU tensor cores"):
+        check_precision("fp16", "cpu")
+    assert check_precision("fp16", "cuda").measured == "fp16"
+
+
+def test_tf32_on_cpu_runs_but_is_never_presented_as_a_tf32_measurement():
+    plan = check_precision("tf32", "cpu")
+    assert plan.measured == "fp32" and plan.precision.tf32   # the switches are still set
+    assert plan.label == "tf32 (a no-op on CPU: fp32)" and "no TF32" in plan.note
+    assert plan.to_dict()["measured"] == "fp32"
+    on_gpu = check_precision("tf32", "cuda")
+    assert on_gpu.measured == "tf32" and on_gpu.note is None and on_gpu.label == "tf32"
+
+
+@pytest.mark.parametrize("native, slow", [(True, False), (False, True), (None, True)])
+def test_bf16_on_a_cpu_without_bf16_instructions_is_labelled_slow(native, slow, monkeypatch):
+    import swinkit.precision as precision
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: native)   # None: unreadable
+    plan = check_precision("bf16", "cpu")
+    assert plan.measured == "bf16"
+    assert (plan.note is not None and "slow" in plan.note) is slow
+    assert plan.label == ("bf16 (slow: no bf16 instructions)" if slow else "bf16")
+    assert bf16_fast_on_cpu()[0] is not slow
+
+
+@pytest.mark.parametrize("text, native", [
+    ("processor : 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n", True),
+    ("flags : fpu sse4_2 avx2 amx_bf16\n", True),
+    ("Features\t: fp asimd bf16 i8mm\n", True),                        # Arm
+    ("flags : fpu sse4_2 avx2 avx512f\nmodel name : avx512_bf16 in a name\n", False),
+    ("", False),
+])
+def test_bf16_instructions_are_read_from_the_flags_line(text, native):
+    assert cpu_has_bf16(text) is native
+
+
+def test_this_machines_cpuinfo_agrees_with_torch():
+    """The two sources the issue names: /proc/cpuinfo and torch's own CPU probe."""
+    torch = pytest.importorskip("torch")
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    found = cpu_has_bf16()
+    if probe is None or found is None:
+        pytest.skip("no /proc/cpuinfo or no torch probe here")
+    if probe():
+        assert found is True
+
+
+@pytest.mark.parametrize("name, capability, measured, tagged", [
+    ("tf32", (7, 0), "fp32", "a no-op on this GPU: fp32"),
+    ("bf16", (7, 0), "bf16", "slow: no bf16 tensor cores"),
+    ("tf32", (9, 0), "tf32", None), ("bf16", (8, 0), "bf16", None), ("fp16", (7, 0), "fp16", None),
+])
+def test_a_gpu_before_ampere_has_no_tf32_and_slow_bf16(name, capability, measured, tagged):
+    plan = check_precision(name, "cuda", cuda_capability=capability)
+    assert plan.measured == measured and plan.tag == tagged
+
+
+def test_the_preset_knob_defaults_to_fp32_and_takes_cfg_options(data_root):
+    from swinkit.config import load_config
+    assert load_config("test", data_root).precision == "fp32"
+    assert load_config("thesis", data_root).precision == "fp32"
+    assert load_config("test", data_root, {"precision": "bf16"}).precision == "bf16"
+    assert load_config("test", data_root, {"precision": "tf32"}).precision == "tf32"
+    # fp16 on a GPU preset is the GPU's question: accepted at the config boundary
+    assert load_config("thesis", data_root, {"precision": "fp16"}).precision == "fp16"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"precision": "amp"}, "precision must be one of fp32, tf32, bf16, fp16; got 'amp'"),
+    ({"precision": "fp16"}, "precision fp16 is refused on CPU"),
+    ({"fused_adamw": "yes"}, "fused_adamw must be True or False, got 'yes'"),
+    ({"channels_last_heads": 1}, "channels_last_heads must be True or False, got 1"),
+    ({"cudnn_benchmark": None}, "cudnn_benchmark must be True or False, got None"),
+])
+def test_bad_precision_knobs_are_refused_naming_the_field(data_root, overrides, message):
+    from swinkit.config import load_config
+    with pytest.raises(ValueError, match=message):
+        load_config("test", data_root, overrides)
+
