@@ -104,3 +104,33 @@ def test_bad_precision_knobs_are_refused_naming_the_field(data_root, overrides, 
     with pytest.raises(ValueError, match=message):
         load_config("test", data_root, overrides)
 
+
+def test_train_refuses_fp16_on_cpu_before_anything_starts(data_root, capsys):
+    from swinkit.cli.commands import main
+    argv = ["train", "--preset", "test", "--data-root", str(data_root), "--precision", "fp16"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert "swinkit train: error: precision fp16 is refused on CPU" in out.err
+    assert "iter" not in out.out
+
+
+def test_train_in_bf16_names_the_precision(data_root, capsys):
+    from swinkit.cli.commands import main
+    from swinkit.model import precision
+    before = precision._switch_state(precision.torch.backends)
+    try:
+        assert main(["train", "--preset", "test", "--data-root", str(data_root), "--iters", "2",
+                     "--precision", "bf16"]) == 0
+    finally:
+        precision._set_switch_state(precision.torch.backends, before)
+    assert "in bf16" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
+    """Until the DDP loop applies it, a bf16 DDP run would be fp32 under another name."""
+    from swinkit.cli.commands import main
+    assert main(["ddp", "--preset", "test", "--world-size", "1", "--cfg-options",
+                 "precision=bf16"]) == 2
+    assert "not yet by the DDP and engine loops" in capsys.readouterr().err
+
+
