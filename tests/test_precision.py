@@ -134,3 +134,14 @@ def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
     assert "not yet by the DDP and engine loops" in capsys.readouterr().err
 
 
+
+def test_attribution_reads_the_model_benchmark_in_fp32_with_or_without_a_precision_axis():
+    """bench_model's time gained a precision axis: the prediction from asv's results reads
+    its fp32 rows (results stored before the axis are fp32)."""
+    from swinkit.attribution.inputs import _in_precision
+    new = {("cpu", "per_rank", "segmentor", "forward", "fp32"): {"value": 2.0},
+           ("cpu", "per_rank", "segmentor", "forward", "bf16"): {"value": 1.0}}
+    old = {("cpu", "per_rank", "segmentor", "forward"): {"value": 3.0}}
+    assert _in_precision(new) == {("cpu", "per_rank", "segmentor", "forward"): {"value": 2.0}}
+    assert _in_precision(old) == old
+    assert _in_precision(new, "bf16")[("cpu", "per_rank", "segmentor", "forward")]["value"] == 1.0
