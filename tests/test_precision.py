@@ -134,6 +134,46 @@ def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
     assert "not yet by the DDP and engine loops" in capsys.readouterr().err
 
 
+def test_the_thesis_projection_in_fp32_is_the_stated_one():
+    """thesis_devices("fp32") at the stated MFU reproduces links.THESIS_DEVICES, whose
+    figures were written out independently (14.4 TFLOP at half of 15.7 and 19.5 TFLOP/s)."""
+    from swinkit.attribution.device_compute import thesis_devices
+    from swinkit.attribution.links import THESIS_DEVICES
+    devices, left_out = thesis_devices("fp32")
+    assert left_out == {}
+    for key, stated in THESIS_DEVICES.items():
+        assert devices[key].iter_s == pytest.approx(stated.iter_s, rel=1e-12)
+        assert devices[key].link == stated.link
+        assert devices[key].backward_share == stated.backward_share
+
+
+def test_the_thesis_projection_in_bf16_shrinks_compute_not_the_all_reduce():
+    """By hand, A100 in bf16 at a measured MFU of 0.3: 14.4e12 / (0.3 x 312e12) = 0.1538 s
+    (fp32 at 0.5: 1.4769 s). The ring all-reduce of the fp32 gradient is the same in both
+    (PCIe 4.0, 20 GB/s, 2 ranks: 485.7 MB / 20 GB/s = 24.3 ms), so its share of the
+    iteration grows 9.6-fold: from 1.6 % to 15.8 %."""
+    from swinkit.attribution.device_compute import thesis_devices
+    from swinkit.attribution.links import THESIS_GRADIENT_BYTES, project
+    devices, left_out = thesis_devices("bf16", mfu=0.3)
+    a100 = devices["CRC A100 (PCIe)"]
+    assert a100.iter_s == pytest.approx(14.4e12 / (0.3 * 312e12))
+    assert set(left_out) == {"CRC V100 (PCIe)"} and "no bf16" in left_out["CRC V100 (PCIe)"]
+    fp32 = thesis_devices("fp32")[0]["CRC A100 (PCIe)"]
+    rows16, rows32 = (project(d, THESIS_GRADIENT_BYTES, (2,)) for d in (a100, fp32))
+    assert rows16[2]["allreduce_s"] == pytest.approx(rows32[2]["allreduce_s"])
+    assert rows16[2]["allreduce_s"] / a100.iter_s > 5 * rows32[2]["allreduce_s"] / fp32.iter_s
+
+
+def test_a_measured_mfu_is_taken_only_from_a_run_in_that_precision():
+    from swinkit.attribution.device_compute import compute_s, measured_mfu
+    result = {"matmul_peak_math": "fp32",
+              "results": {"segmentor/forward_backward": {"mfu": 0.42}}}
+    assert measured_mfu(result, "fp32") == 0.42
+    with pytest.raises(ValueError, match="measured against the fp32 peak, not tf32's"):
+        measured_mfu(result, "tf32")    # tf32 on CPU: fp32 math
+    with pytest.raises(ValueError, match="mfu must be in"):
+        compute_s(1e12, 1e12, 1.5)
+
 
 def test_attribution_reads_the_model_benchmark_in_fp32_with_or_without_a_precision_axis():
     """bench_model's time gained a precision axis: the prediction from asv's results reads
