@@ -202,7 +202,7 @@ def test_gpu_only_parameters_skip_with_a_reason():
     assert "needs 1 GPUs; this machine has 0" in plan_world_sizes([1], backend="nccl")[1]
     sweep = model_sweep(["thesis"], progress=lambda s: None)
     with pytest.raises(NotImplementedError, match="runs on a GPU"):
-        sweep.get("thesis", "per_rank")
+        sweep.get("thesis", "per_rank", "fp32")
 
 
 def test_spread_flags_unstable_and_too_few():
