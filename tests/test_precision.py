@@ -1,6 +1,6 @@
-"""The training precision at the configuration boundary (torch-free): the names, what each
+"""The training precision at the configuration boundary: the names, what each
 means, what a CPU or an older GPU can measure, the preset knob and its refusals, and the
-thesis projection's device compute per precision."""
+thesis projection's device compute per precision; the command line that takes it."""
 from __future__ import annotations
 
 import pytest
