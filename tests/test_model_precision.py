@@ -212,3 +212,63 @@ def test_gpu_cudnn_benchmark_is_on_while_a_convolution_runs():
     mp.training_precision("bf16", device, cudnn_benchmark=True)
     assert torch.backends.cudnn.benchmark
     torch.nn.Conv2d(3, 4, 3).to(device)(torch.randn(2, 3, 16, 16, device=device)).sum().backward()
+
+
+def _forward_in_a_thread(module, x, outer=None):
+    """``module(x)``'s dtype when run in a new thread (as DataParallel runs each replica),
+    with ``outer`` (an autocast context) entered in the calling thread around it."""
+    import contextlib
+    import threading
+    seen = {}
+    with outer or contextlib.nullcontext():
+        thread = threading.Thread(target=lambda: seen.setdefault("dtype", module(x).dtype))
+        thread.start()
+        thread.join()
+    return seen["dtype"]
+
+
+class _LikeParallelApply(torch.nn.Module):
+    """What torch's DataParallel does in each replica's thread (parallel_apply, torch 2.13):
+    autocast entered as enabled, without the caller's dtype."""
+
+    def __init__(self, module, enabled: bool):
+        super().__init__()
+        self.module, self.enabled = module, enabled
+
+    def forward(self, x):
+        with torch.amp.autocast("cpu", enabled=self.enabled):
+            return self.module(x)
+
+
+def test_autocast_reaches_a_replicas_thread_in_its_dtype_only_when_the_module_enters_it():
+    """Autocast is per thread, its dtype too: under a caller's fp16 autocast (fp16's CPU
+    seam) a replica's thread as DataParallel runs it computes in the device's default
+    autocast dtype (bf16 on CPU; fp16 on CUDA, where a bf16 run is the one hit). Wrapped in
+    AutocastForward, each replica enters the precision's own dtype."""
+    amp = _fp16_on_cpu()
+    linear, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    assert _forward_in_a_thread(linear, x, outer=amp.autocast()) == torch.float32
+    replica = _LikeParallelApply(linear, enabled=True)
+    assert _forward_in_a_thread(replica, x, outer=amp.autocast()) == torch.bfloat16
+    wrapped = _LikeParallelApply(mp.AutocastForward(linear, amp), enabled=True)
+    assert _forward_in_a_thread(wrapped, x, outer=amp.autocast()) == torch.float16
+    fp32 = mp.training_precision("fp32", torch.device("cpu"))
+    assert _forward_in_a_thread(mp.AutocastForward(linear, fp32), x) == torch.float32
+
+
+@pytest.mark.gpu(n=2)
+def test_gpu_data_parallel_replicas_compute_in_bf16_when_wrapped():
+    """Under DataParallel over 2 GPUs, a caller's bf16 autocast reaches the replicas as fp16
+    (torch re-enters autocast there without its dtype); wrapped, they compute in bf16."""
+    device = _cuda()
+    amp = mp.training_precision("bf16", device)
+    seen = []
+    linear = torch.nn.Linear(8, 8).to(device)
+    linear.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    x = torch.randn(4, 8, device=device)
+    with amp.autocast():
+        torch.nn.DataParallel(linear)(x)
+    naive, seen[:] = list(seen), []
+    torch.nn.DataParallel(mp.AutocastForward(linear, amp))(x)
+    assert set(seen) == {torch.bfloat16}
+    assert naive and set(naive) != {torch.bfloat16}   # what the wrapper is for

@@ -179,6 +179,25 @@ class TrainingPrecision:
         return {**self.plan.to_dict(), "math_flags": dict(self.switches)}
 
 
+class AutocastForward(torch.nn.Module):
+    """``module`` with its forward run under ``amp``'s autocast in whichever thread runs it.
+
+    For DataParallel: it runs each replica's forward in a thread of its own, and autocast is
+    per thread; torch's ``parallel_apply`` re-enters autocast there as enabled or not, but
+    without the caller's dtype (torch 2.13), so a caller's bf16 autocast reaches the replicas
+    as CUDA's default, fp16. Wrapped, each replica enters the precision's own autocast.
+    """
+
+    def __init__(self, module: torch.nn.Module, amp: "TrainingPrecision"):
+        super().__init__()
+        self.module = module
+        self.amp = amp
+
+    def forward(self, *args, **kwargs):
+        with self.amp.autocast():
+            return self.module(*args, **kwargs)
+
+
 def cuda_capability(device: torch.device) -> tuple[int, int] | None:
     """The compute capability of a CUDA device; None for a CPU."""
     return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
