@@ -146,7 +146,7 @@ def precision_skip_reason(precision: str, device_type: str,
         plan = check_precision(precision, device_type, bf16_native)
     except ValueError as exc:
         return str(exc)
-    return plan.note
+    return f"not measured here: {plan.note}" if plan.note else None
 
 
 def model_sweep(presets, batches=tuple(BATCHES), progress=print,
