@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from swinkit.input_checks import check_int
+from swinkit.precision import DEFAULT as DEFAULT_PRECISION, check_precision
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 PRESETS = ("thesis", "cpu", "test")
@@ -22,6 +23,8 @@ DATA_ROOT_ENV = "SWINKIT_DATA_ROOT"
 PATCH_SIZE = 4
 TOTAL_STRIDE = 32  # patch embedding (4) x three patch mergings (2**3)
 SYNTHETIC_VERSION = 2  # bump when swinkit.data.synthetic writes different content
+# on/off knobs of the cheap GPU remedies (swinkit.model.remedies applies them)
+REMEDY_SWITCHES = ("channels_last_heads", "fused_adamw", "cudnn_benchmark")
 
 
 def config_path(preset: str) -> Path:
@@ -98,10 +101,14 @@ def validate(cfg) -> None:
     check_int("images_per_rank", cfg.get("images_per_rank"))
     check_int("loader_workers", cfg.get("loader_workers"), 0)
     check_int("skip_bad_samples", cfg.get("skip_bad_samples", 0), 0)
-    if not isinstance(cfg.get("cpu_sync_bn", False), bool):
-        raise ValueError(f"cpu_sync_bn must be True or False, got {cfg.get('cpu_sync_bn')!r}")
+    for switch in ("cpu_sync_bn",) + REMEDY_SWITCHES:
+        if not isinstance(cfg.get(switch, False), bool):
+            raise ValueError(f"{switch} must be True or False, got {cfg.get(switch)!r}")
     if cfg.get("device") not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {cfg.get('device')!r}")
+    # an unknown name, or fp16 on CPU, refused here; tf32 and slow bf16 on CPU are labelled
+    # where they are measured
+    check_precision(cfg.get("precision", DEFAULT_PRECISION), cfg.device)
     window = cfg.model.backbone.window_size
     # The stage-1 token grid must tile into whole windows (the configured ones, or the shrunk
     # ones of a map no larger than the window), and the deepest stage must exist: the model

@@ -34,8 +34,9 @@ TRACKS = {
                      Sweep(results={"what_if": {"what_if": [
                          {"name": "baseline", "world_size": 1, "measured_iter_s": 0.25}]}}),
                      0.25),
-    "bench_model": ("bench_model.Memory.track_peak_memory-0",  # (thesis, per_rank)
-                    Sweep(results={("thesis", "per_rank"): {"peak_memory_mib": 123.0}}), 123.0),
+    "bench_model": ("bench_model.Memory.track_peak_memory-0",  # (thesis, per_rank, fp32)
+                    Sweep(results={("thesis", "per_rank", "fp32"): {"peak_memory_mib": 123.0}}),
+                    123.0),
     "bench_validate": ("bench_validate.Validation.track_share-0",  # (1, compute_ms/one)
                        Sweep(results={1: {"compute_ms/one": {"share": 0.9}}}), 0.9),
     "bench_predict": ("bench_predict.HeldOut.track_accuracy-0",  # (model)
@@ -114,6 +115,8 @@ def test_written_out_params_equal_swinkits():
     assert bench_model.SCOPES == forward_backward.SCOPES
     assert bench_model.OPS == forward_backward.OPS
     assert bench_model.BATCHES == list(forward_backward.BATCHES)
+    from swinkit.precision import PRECISIONS
+    assert bench_model.PRECISIONS == tuple(PRECISIONS)
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -263,3 +263,34 @@ def test_a_failing_basis_leaves_the_ddp_run_standing(monkeypatch):
     result = ddp_sweep._run(spec, progress=lambda *a: None)
     assert result["iter_s"] == 0.5 and "basis" not in result
     assert result["basis_failed"] and result["prediction_failed"]
+
+
+def test_the_model_benchmark_measures_other_precisions_at_one_batch_unless_asked(monkeypatch):
+    """The default run adds one process per extra precision (the per-rank batch);
+    SWINKIT_MODEL=all asks for every batch. An older commit's swinkit, whose sweep takes no
+    precisions, is read as fp32."""
+    from benchmarks import bench_model
+    calls = []
+
+    def fake(presets, batches, precisions=None, every_batch=False):
+        calls.append((tuple(precisions), every_batch))
+        return Sweep()
+    monkeypatch.setattr(bench_model, "model_sweep", fake)
+    monkeypatch.setattr(bench_model, "accepts", lambda function, keyword: True)
+    monkeypatch.delenv("SWINKIT_MODEL", raising=False)
+    bench_model.ForwardBackward().setup_cache()
+    monkeypatch.setenv("SWINKIT_MODEL", "all")
+    bench_model.Memory().setup_cache()
+    assert calls == [(("fp32", "tf32", "bf16", "fp16"), False),
+                     (("fp32", "tf32", "bf16", "fp16"), True)]
+
+    old = Sweep(results={("cpu", "per_rank"): {"peak_memory_mib": 5.0}},
+                skipped={("thesis", "per_rank"): "runs on a GPU; none here"})
+    monkeypatch.setattr(bench_model, "model_sweep", lambda presets, batches: old)
+    monkeypatch.setattr(bench_model, "accepts", lambda function, keyword: False)
+    sweep = bench_model.ForwardBackward().setup_cache()
+    assert bench_model.Memory().track_peak_memory(sweep, "cpu", "per_rank", "fp32") == 5.0
+    with pytest.raises(NotImplementedError, match="none here"):
+        bench_model.Memory().setup(sweep, "thesis", "per_rank", "fp32")
+    with pytest.raises(NotImplementedError):
+        bench_model.Memory().setup(sweep, "cpu", "per_rank", "bf16")

@@ -202,7 +202,7 @@ def test_gpu_only_parameters_skip_with_a_reason():
     assert "needs 1 GPUs; this machine has 0" in plan_world_sizes([1], backend="nccl")[1]
     sweep = model_sweep(["thesis"], progress=lambda s: None)
     with pytest.raises(NotImplementedError, match="runs on a GPU"):
-        sweep.get("thesis", "per_rank")
+        sweep.get("thesis", "per_rank", "fp32")
 
 
 def test_spread_flags_unstable_and_too_few():
@@ -240,4 +240,5 @@ def test_asv_records_a_crashing_benchmark_as_failed(asv_scratch, no_orphans):
     assert ddp_values[1] is None     # world size 2, where rank 1 was killed: failed, no number
     assert ddp_values[0] > 0         # world size 1 has no rank 1: measured in the same sweep
     memory = asv_result_values(asv_scratch.results, "bench_model.Memory.track_peak_memory")
-    assert memory[2] > 0   # (cpu, per_rank): the next benchmark still ran (thesis: GPU-only)
+    # (cpu, per_rank, fp32), after thesis' 8 (GPU-only): the next benchmark still ran
+    assert memory[8] > 0

@@ -21,6 +21,7 @@
     miss_split.py   where a held-out prediction missed, input by input
     pooled_targets.py   the timings at N' of several launches pooled for the next prediction
     links.py        the ring all-reduce from link figures, multi-node, the thesis projection
+    device_compute.py   a device's compute per iteration in a precision: FLOPs / (MFU x peak)
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)

@@ -195,7 +195,7 @@ def _isolated_from_asv(data: dict, measured: dict[int, Measured],
     """The isolated components of the DDP run's own preset, and a note where there are none:
     components of another preset would predict another workload (the model benchmark measures
     every preset it can, the DDP benchmark one)."""
-    model = _table(data, names.MODEL_TIME)
+    model = _in_precision(_table(data, names.MODEL_TIME))
     if preset is None:
         return {}, ("no prediction: the DDP run's preset is not recorded (tools/suite.py writes "
                     "it), so the isolated components cannot be matched to it")
@@ -222,6 +222,12 @@ def _isolated_from_asv(data: dict, measured: dict[int, Measured],
         except KeyError:
             continue  # that component was not measured at this world size: no prediction
     return out, None
+
+
+def _in_precision(model: dict[tuple, dict], precision: str = "fp32") -> dict[tuple, dict]:
+    """``bench_model``'s rows of one training precision, keyed (preset, batch, scope, op):
+    its last axis (precision) dropped; results from before it had one are fp32."""
+    return {key[:4]: v for key, v in model.items() if len(key) == 4 or key[4] == precision}
 
 
 def what_if_from_asv(results_dir: Path, machine: str | None = None,

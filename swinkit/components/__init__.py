@@ -2,7 +2,8 @@
 (each configuration runs in a fresh process, so a reader finds all of one measurement here).
 
     allreduce.py          the gradient all-reduce in isolation, flat and as DDP buckets
-    forward_backward.py   SwinV2 forward/backward in one process; MFU
+    forward_backward.py   SwinV2 forward/backward in one process, per precision; MFU
+    peaks.py              MFU's denominator: the GEMM peak of the precision used
     loader_throughput.py  the data loader's throughput, N loaders at once
     train.py              a short single-process training run
 """

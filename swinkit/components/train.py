@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from swinkit.data.loader import batches, build_loader, ensure_data
+from swinkit.model.precision import training_precision
 from swinkit.model.segmentor import build_optimizer, build_segmentor, train_step
 
 
@@ -16,12 +17,14 @@ from swinkit.model.segmentor import build_optimizer, build_segmentor, train_step
 class TrainResult:
     iter_s: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
+    precision: dict = field(default_factory=dict)   # TrainingPrecision.to_dict()
 
     def summary(self) -> dict:
         half = max(len(self.loss) // 2, 1)
         timed = sorted(self.iter_s[1:] or self.iter_s)
         return {
             "iterations": len(self.loss),
+            "precision": self.precision.get("label"),
             "median_iter_s": timed[len(timed) // 2] if timed else float("nan"),
             "first_half_mean_loss": sum(self.loss[:half]) / half,
             "second_half_mean_loss": sum(self.loss[half:]) / max(len(self.loss) - half, 1),
@@ -70,13 +73,16 @@ def train(cfg, iters: int = 20, threads: int | None = 1, seed: int = 0,
     torch.manual_seed(seed)
     ensure_data(cfg, progress=progress)
     model = build_model(cfg)
+    amp = training_precision(cfg.precision, next(model.parameters()).device,
+                             cudnn_benchmark=cfg.cudnn_benchmark)
+    progress(f"precision {amp.plan.label}" + (f": {amp.plan.note}" if amp.plan.note else ""))
     optim, schedulers = build_optimizer(cfg, model)
     loader = build_loader(cfg, seed=seed)
     stream = batches(loader)
-    result = TrainResult()
+    result = TrainResult(precision=amp.to_dict())
     for it in range(iters):
         start = time.perf_counter()
-        loss, _ = train_step(model, optim, next(stream))
+        loss, _ = train_step(model, optim, next(stream), amp)
         for scheduler in schedulers:
             scheduler.step()
         value = float(loss)  # on a GPU this waits for the step: the time below covers it

@@ -6,4 +6,6 @@
     registry.py       MMSeg's registries as the default scope; swinkit's types registered
     cpu_syncbn.py     SyncBN's CPU stand-in (cpu_sync_bn): the GPU presets' SyncBN on gloo
     counts.py         parameter and FLOP counts
+    precision.py      a training precision applied: TF32 switches, autocast, loss scaling
+    remedies.py       the cheap GPU remedies: channels_last heads, merged fused AdamW
 """

@@ -7,6 +7,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from swinkit.model.precision import TrainingPrecision
+from swinkit.model.remedies import heads_channels_last, use_merged_optimizer
+
 
 def build_segmentor(cfg) -> nn.Module:
     """MMSeg EncoderDecoder with SwinV2 + UPerHead + auxiliary FCNHead, in training mode, CPU."""
@@ -21,6 +24,8 @@ def build_segmentor(cfg) -> nn.Module:
     model.data_preprocessor._non_blocking = bool(cfg.get("non_blocking_copy", False))
     with _quiet_mmengine():  # init_weights logs every parameter at INFO
         model.init_weights()
+    if cfg.get("channels_last_heads", False):
+        heads_channels_last(model)
     return model.train()
 
 
@@ -37,20 +42,36 @@ def _quiet_mmengine():
 
 
 def build_optimizer(cfg, model: nn.Module):
-    """MMEngine OptimWrapper (AdamW + the preset's paramwise decay rules) and its LR schedulers."""
+    """MMEngine OptimWrapper (AdamW + the preset's paramwise decay rules) and its LR schedulers;
+    with the preset's ``fused_adamw``, one fused AdamW over the parameter groups merged."""
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import PARAM_SCHEDULERS
 
     with _quiet_mmengine():  # paramwise options are logged per parameter at INFO
         wrapper = build_optim_wrapper(model, cfg.optim_wrapper.to_dict())
+    if cfg.get("fused_adamw", False):  # before the schedulers: they keep a value per group
+        use_merged_optimizer(wrapper)
     schedulers = [PARAM_SCHEDULERS.build(dict(s, optimizer=wrapper)) for s in cfg.param_scheduler]
     return wrapper, schedulers
 
 
-def train_step(model: nn.Module, optim_wrapper, batch) -> tuple[torch.Tensor, dict]:
-    """One plain (single-process) training step: preprocess, forward + loss, backward, step."""
+def train_step(model: nn.Module, optim_wrapper, batch,
+               amp: TrainingPrecision | None = None) -> tuple[torch.Tensor, dict]:
+    """One plain (single-process) training step: preprocess, forward + loss, backward, step.
+
+    Args:
+        amp: the training precision (autocast around forward and loss, fp16's loss scaling);
+            None: fp32, through MMEngine's ``update_params`` as before precisions existed.
+    """
     data = model.data_preprocessor(batch, training=True)
-    losses = model(**data, mode="loss")
-    loss, log_vars = model.parse_losses(losses)
-    optim_wrapper.update_params(loss)
+    if amp is None:
+        loss, log_vars = model.parse_losses(model(**data, mode="loss"))
+        optim_wrapper.update_params(loss)
+        return loss.detach(), log_vars
+    with amp.autocast():
+        loss, log_vars = model.parse_losses(model(**data, mode="loss"))
+    amp.scaling.backward(loss)
+    amp.scaling.step(optim_wrapper)
+    amp.scaling.update()
+    optim_wrapper.zero_grad()
     return loss.detach(), log_vars

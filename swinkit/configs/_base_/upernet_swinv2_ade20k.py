@@ -23,6 +23,16 @@ norm_cfg = dict(type='SyncBN', requires_grad=True)   # CPU runs get BN (SyncBN n
 # True: CPU runs get SyncBN's CPU stand-in instead of BN (same module type, hooks and
 # collectives over gloo), to exercise the GPU presets' SyncBN paths without a GPU
 cpu_sync_bn = False
+# The training precision: fp32, tf32, bf16 or fp16 (swinkit/precision.py; docs/precision.md).
+# fp32 by default, the thesis's own, so that the tracked history stays comparable over commits;
+# GPU users train bf16: --precision bf16, or --cfg-options precision=bf16.
+precision = 'fp32'
+# The cheap GPU remedies users reach for beside it, off by default (swinkit/model/remedies.py):
+# the heads' convolutions in channels_last, one fused (GPU) or foreach (CPU) AdamW over the
+# parameter groups merged, cuDNN's autotuner.
+channels_last_heads = False
+fused_adamw = False
+cudnn_benchmark = False
 # True: host-to-device batch copies are asynchronous (with pinned loader memory they overlap)
 non_blocking_copy = False
 data_preprocessor = dict(
