@@ -85,6 +85,14 @@ def get_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify-data", help="decode every file of a data root, name bad ones")
     p.add_argument("--data-root", default=None, help="default: $SWINKIT_DATA_ROOT or synthetic")
 
+    _add_ddp_parser(sub)
+    validate_cli.add_parser(sub)
+    scorecard_cli.add_parser(sub)
+    return parser
+
+
+def _add_ddp_parser(sub) -> None:
+    """``swinkit ddp``: one instrumented run (or another engine's, or all of them)."""
     p = sub.add_parser("ddp", help="the instrumented DDP iteration on N ranks")
     _add_workload_args(p)
     p.add_argument("--world-size", type=int, default=2, help="ranks per node (default 2)")
@@ -120,9 +128,6 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step (default 1)")
     p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
-    validate_cli.add_parser(sub)
-    scorecard_cli.add_parser(sub)
-    return parser
 
 
 def _config(args):
