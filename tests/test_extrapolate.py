@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from swinkit.attribution.extrapolate import (Host, Target, core_slowdown, efficiency, naive,
-                                             predict_at)
+from swinkit.attribution.extrapolate import Host, Target, core_slowdown, naive, predict_at
 from swinkit.attribution.links import Device, Link, fit_link, project, ring_allreduce_s, ring_target
 from swinkit.attribution.order_statistics import expected_max, median_max, quantile
+from swinkit.attribution.scaling import efficiency
 
 PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
           "optimizer": 0.1, "other": 0.0}
@@ -322,18 +322,6 @@ def test_a_stand_in_slowed_at_n_slows_compute_and_an_overcommit_is_not_counted_t
     narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, compute_slowdown=1.8),
                         Host(cores=2))
     assert narrow["predicted_iter_s"] == pytest.approx(2.0)
-    # the model's own step read beside the stand-in (x1.1) is taken in place of the
-    # stand-in's reading (x1.5): 1.1 s, not 1.5 and not 1.65; both named in the assumptions
-    own = predict_at(costs, Target(2, [0.0], sync_wait_s=0.0, compute_slowdown=1.5,
-                                   model_slowdown=1.1), Host(cores=64))
-    assert own["predicted_iter_s"] == pytest.approx(1.1)
-    assert own["components_s"]["backward"] == pytest.approx(0.55)
-    assert any("model's own step" in a and "x1.100" in a and "x1.500" in a
-               for a in own["assumptions"])
-    # and, as the stand-in's, only where it exceeds an overcommit (4 ranks on 2 cores: x2)
-    narrow = predict_at(costs, Target(4, [0.0], sync_wait_s=0.0, model_slowdown=1.1),
-                        Host(cores=2))
-    assert narrow["predicted_iter_s"] == pytest.approx(2.0)
 
 
 def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
@@ -409,21 +397,6 @@ def test_an_injection_the_run_predicted_from_had_is_not_added_again():
     second = Injection(compute_ms=200, ranks=(1,))
     assert predict_one(_one_second_basis(), 1.0, target, second, second.for_world_size(1))[
         "predicted_iter_s"] == pytest.approx(1.2)
-
-
-def test_an_injection_is_taken_off_every_place_of_a_basis_made_in_place():
-    """A basis of world size 1 made in each place of a launch of 2 (each rank alone in turn)
-    where rank 1's turns held a 200 ms forward (``ranks=1`` of that launch): predicted at 2
-    with no injection there, both ranks are clean, 1.0 s. Taking it off rank 0 alone (the
-    ranks of world size 1) leaves rank 1 at 1.2 s, and the prediction waits for it: 1.2 s."""
-    from swinkit.experiments.predict_run import predict_one
-    from swinkit.injection import Injection
-
-    basis = _one_second_basis(2, injected=(0.0, 0.2))
-    basis["costs"].update(world_size=1, in_place=True)
-    straggler = Injection(compute_ms=200, ranks=(1,))
-    clean = predict_one(basis, 1.0, Target(2, [0.0], sync_wait_s=0.0), None, straggler)
-    assert clean["predicted_iter_s"] == pytest.approx(1.0)
 
 
 def test_the_injection_taken_off_is_each_ranks_own_and_not_scaled_by_the_sharing():
@@ -562,64 +535,6 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
             for row in out["launches"]] == [[1.0], [1.7]]
 
 
-def test_in_launch_predicts_from_the_solo_steps_and_scores_the_ddp_steps_beside_them(monkeypatch):
-    """With ``in_launch`` each launch is its two timings at 2 and then one launch of 2 with
-    solo steps: no separate run at 1. The prediction is made from that launch's solo steps
-    (the basis of "solo_run", T(1) its iteration 1.0 s, then 1.5 s) and scored against its
-    DDP steps (2.0 s), the paired oracle from its local steps. The first launch read the
-    model's step beside the stand-in (x1.07): its prediction takes that; the second read none
-    (as on GPUs) and keeps the stand-in's. The result says in-launch, never held out."""
-    from swinkit.experiments import predict_in_launch, predict_run
-
-    events, t1s, scored = [], iter([1.0, 1.5]), []
-    besides = iter([{"ratio": 1.07, "per_rank": [1.05, 1.09]}, None])
-
-    def run_ddp(spec, progress):
-        events.append(f"run {spec.world_size}" + (" short" if spec.iters == 2 else "")
-                      + (" solo" if spec.solo else ""))
-        solo = {"per_batch_s": next(t1s)} if spec.solo else None
-        return {"iter_s": 2.0, "device": "cpu", "local_run": "the local steps", "solo_run": solo,
-                "beside_slowdown": next(besides) if spec.solo else None}
-
-    def measure_target(preset, ws, basis, progress, comm_scale=1.0):
-        events.append(f"timings at {ws}")
-        return Target(ws, [0.0])
-
-    def predict_one(basis, t1, target, injection):
-        events.append(f"prediction from {basis['part']}")
-        return {"t1_s": t1, "model_slowdown": target.model_slowdown}
-
-    for module in (predict_run, predict_in_launch):
-        monkeypatch.setattr(module, "run_ddp", run_ddp)
-        monkeypatch.setattr(module, "basis_of", lambda run, part="local_run": {"part": part})
-    monkeypatch.setattr(predict_run, "measure_target", measure_target)
-    monkeypatch.setattr(predict_in_launch, "predict_one", predict_one)
-    monkeypatch.setattr(predict_in_launch, "predict_from", lambda run, spec: run)
-    monkeypatch.setattr(predict_in_launch, "score_against",
-                        lambda pred, measured, paired: scored.append((measured, paired)))
-    explained = []  # the miss split from the solo basis and the launch's own local steps
-    monkeypatch.setattr(predict_in_launch, "costs", lambda local_run: local_run)
-    monkeypatch.setattr(predict_in_launch, "explain_miss",
-                        lambda pred, basis, target, paired, s, *inj:
-                        explained.append((basis["part"], target.world_size, paired)))
-    out = predict_run.held_out("test", [1, 2], [1], repeats=2, in_launch=True,
-                               progress=lambda *a: None)
-    assert explained == [("solo_run", 2, "the local steps")] * 2
-    launch = ["timings at 2", "timings at 2", "run 2 solo", "prediction from solo_run"]
-    assert events == ["run 1 short"] + launch + launch
-    assert [len(row["timed_earlier"][2]) for row in out["launches"]] == [1, 1]
-    assert [row["targets"][2]["t1_s"] for row in out["launches"]] == [1.0, 1.5]
-    assert [row["measured_from"] for row in out["launches"]] == [{1: 1.0}, {1: 1.5}]
-    assert [row["targets"][2]["model_slowdown"] for row in out["launches"]] == [1.07, None]
-    assert out["launches"][0]["targets"][2]["beside_slowdown"]["per_rank"] == [1.05, 1.09]
-    assert scored == [(2.0, "the local steps")] * 2
-    assert out["in_launch"] and "same_launch" not in out
-    assert all(row["in_launch"] for row in out["launches"])
-    for sources, score in (([1, 2], True), ([1], False)):  # from 1 only, and scored
-        with pytest.raises(ValueError, match="--in-launch"):
-            predict_run.held_out("test", [1, 2, 4], sources, score=score, in_launch=True)
-
-
 def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buckets(monkeypatch):
     """``--inject comm_scale=4,compute_ms=10``: the short run that gives the timings at N'
     the model's buckets runs without the slower link (its elements would come back already 4
@@ -671,86 +586,3 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     assert pooled(partial).sync_wait_s == pytest.approx(0.003)
     assert pooled(partial).iteration_wait_s == pytest.approx(0.007)  # the wait in the rhythm
     assert pooled(partial).compute_slowdown is None
-
-
-def _in_place(forwards=(0.4, 0.6), in_place=True):
-    """A basis of each rank alone in its place (``--same-launch``): rank r worked 0.6 s
-    besides its forward (0.5 backward, buckets ready 0.25 and 0.5 into it, 0.1 optimizer),
-    every iteration alike; forwards 0.4 and 0.6 s: 1.0 s alone and 1.2 s alone."""
-    costs = one_rank_costs(work=(1.0,) * 5)
-    ranks = []
-    for r, f in enumerate(forwards):
-        phases = {**PHASES, "forward": f}
-        sample = {"phases_s": phases, "bucket_ready_s": [0.25, 0.5]}
-        ranks.append({"rank": r, "positions": [{"phases_s": phases, "bucket_ready_s": [0.25, 0.5],
-                                                "samples": [sample] * 5}]})
-    return {**costs, "in_place": in_place, "ranks": ranks}
-
-
-def test_each_rank_alone_in_its_place_is_replayed_at_its_own_speed():
-    """Rank 1 ran alone 1.2 s a step, rank 0 1.0 s. At 2 with nothing to communicate the
-    step waits for rank 1: its bucket 1 is ready at 0.6 + 0.5 = 1.1 s, rank 0's at 0.9 waits
-    for it, both optimizers end at 1.2 s. The wait timed in the model's rhythm counts only
-    beyond the slowest rank's own work (0.01 s, not the 0.05 s the timing launch's ranks
-    lost, whose own speeds differed by other amounts): 1.21 s. Rank 0 alone would have said
-    1.0 s + 0.05 s: 1.05 s; both ranks' medians the same for each (1.1 s), with their pooled
-    samples' slowest of 2 (the 0.7071 quantile of five 1.0s and five 1.2s: 1.2, less their
-    median 1.1) counting the same gap a second time: 1.1 + 0.1."""
-    target = Target(2, [0.0, 0.0], iteration_wait_s=0.05, iteration_jitter_s=0.01)
-    own = predict_at(_in_place(), target, BIG_HOST)
-    assert own["predicted_iter_s"] == pytest.approx(1.21)
-    assert own["jitter_s"] == pytest.approx(0.01)
-    assert any("each rank's own local phases alone" in a for a in own["assumptions"])
-    rank0 = predict_at(_in_place((0.4,)), target, BIG_HOST)  # one rank: no place for rank 1
-    assert rank0["predicted_iter_s"] == pytest.approx(1.05)
-    medians = predict_at(_in_place(in_place=False), target, BIG_HOST)
-    assert medians["predicted_iter_s"] == pytest.approx(1.2)
-    assert medians["jitter_s"] == pytest.approx(0.1)
-    # at 4 there is no place-for-place basis: the median rank, as from any other basis
-    four = predict_at(_in_place(), Target(4, [0.0, 0.0], iteration_wait_s=0.05,
-                                          iteration_jitter_s=0.01), BIG_HOST)
-    assert any("the median rank's local phases" in a for a in four["assumptions"])
-    assert four["predicted_iter_s"] == pytest.approx(1.1 + 0.1)  # 0.5^(1/4) quantile: 1.2
-
-
-def test_a_jitter_not_timed_falls_back_to_the_timing_launchs_whole_wait():
-    """Timings from before the wait beyond the slowest rank was kept: the whole wait (0.05)."""
-    got = predict_at(_in_place(), Target(2, [0.0, 0.0], iteration_wait_s=0.05), BIG_HOST)
-    assert got["predicted_iter_s"] == pytest.approx(1.25)
-
-
-def _spread(forwards):
-    """Each rank alone in its place with forwards ``f - 0.1 .. f + 0.1`` s in five steps."""
-    costs = _in_place(forwards)
-    for rank, f in zip(costs["ranks"], forwards):
-        rank["positions"][0]["samples"] = [
-            {"phases_s": {**PHASES, "forward": f + d}, "bucket_ready_s": [0.25, 0.5]}
-            for d in (-0.1, -0.05, 0.0, 0.05, 0.1)]
-    return costs
-
-
-def test_the_wait_for_the_slowest_rank_draws_from_each_ranks_own_samples():
-    """Rank 1 alone 1.1..1.3 s, rank 0 0.9..1.1 s: rank 1 is the slower in every step, so
-    the median of the maximum is rank 1's median, 1.2 s, which the replay has already: no
-    wait on top (pooled, the slowest of two draws of all ten would add their 0.7071 quantile
-    1.2 less their median 1.1: 0.1 s). Two ranks alike, 0.9..1.1 s each: one draw from each,
-    P(max <= x) = F(x)^2 = 0.5 at F = 0.70711, position 4 x 0.70711 = 2.8284 of the five:
-    1.0 + 0.8284 x 0.05 = 1.04142 s, a wait of 0.04142 s beyond the median."""
-    apart = predict_at(_spread((0.4, 0.6)), Target(2, [0.0, 0.0]), BIG_HOST)
-    assert apart["jitter_s"] == pytest.approx(0.0, abs=1e-9)
-    assert apart["predicted_iter_s"] == pytest.approx(1.2)
-    alike = predict_at(_spread((0.4, 0.4)), Target(2, [0.0, 0.0]), BIG_HOST)
-    assert alike["jitter_s"] == pytest.approx(0.041421, abs=1e-5)
-    assert alike["predicted_iter_s"] == pytest.approx(1.041421, abs=1e-5)
-
-
-def test_a_basis_in_place_on_one_host_says_nothing_of_ranks_on_other_nodes():
-    """Two nodes of one rank each have the basis's rank count but not its places: the
-    median rank (1.1 s) for both with the pooled draws' wait (0.1 s, above the timed 0.05),
-    not rank 1's 1.2 s on the host it ran on with the jitter beyond it (1.21 s)."""
-    waits = dict(iteration_wait_s=0.05, iteration_jitter_s=0.01)
-    nodes = predict_at(_in_place(), Target(2, [0.0, 0.0], ranks_per_node=1, **waits), BIG_HOST)
-    assert nodes["predicted_iter_s"] == pytest.approx(1.1 + 0.1)
-    here = predict_at(_in_place(), Target(2, [0.0, 0.0], ranks_per_node=2, **waits), BIG_HOST)
-    assert here["predicted_iter_s"] == pytest.approx(1.21)
-    assert any("the median rank's local phases" in a for a in nodes["assumptions"])

@@ -13,8 +13,8 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * NCCL all-reduces of the model's gradient buckets with their correctness check;
 * each injection read on its own phase, within bounds of the amount measured on the device;
 * a world size predicted from the run at 1 with its timings at N' over NCCL on the GPUs;
-* ``--same-launch``'s solo steps: each rank alone on its GPU in turn, the others idle at the
-  barrier, and no beside steps (the stand-in beside them is host work);
+* a paired launch (the oracle's DDP and local steps alternating) on every GPU: the device
+  drained before the clock read that ends a step at each change of kind;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
   all-reduce on NCCL.
@@ -191,37 +191,25 @@ def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypat
 
 
 @requires_gpu(1)
-def test_solo_steps_run_each_rank_alone_on_its_gpu(data_root, monkeypatch):
-    """A paired launch over NCCL on every GPU with solo steps (``--same-launch``'s run at 1):
-    each rank's steps alone over its group of one in turn (6 solo steps shared out by
-    :func:`~swinkit.rank.step_switch.solo_rank`), its timeline on CUDA events, the others
-    idle at the barrier; the DDP steps' per-iteration clocks unchanged by the idle time; no
-    beside steps (the stand-in is host work, the model's compute the GPU's)."""
-    import dataclasses
-
+def test_a_paired_launch_cuts_its_steps_after_draining_the_gpu(data_root, monkeypatch):
+    """A paired launch over NCCL on every GPU (the oracle's launch): DDP and local steps
+    alternate, the ranks lining up at a barrier at each change of kind, outside any step.
+    With the step's kernels still queued at the barrier, a cut read before draining the device
+    would end the step early; the DDP steps' timeline (CUDA events) and the loop's own clock
+    agree within 10 % in every step, and the local steps come back as the components' run."""
     from swinkit.experiments.held_out_parts import paired_spec as _paired
     from swinkit.injection import Injection
-    from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import run_ddp
     monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))
-    iters = max(6, GPUS)  # one solo step per rank at least (the ranks take turns)
-    spec = _paired("test", GPUS, iters, 2, Injection(), 2)
-    run = run_ddp(dataclasses.replace(spec, solo=True), progress=lambda s: None)
-    from swinkit.rank.step_switch import solo_rank
-    turns = [solo_rank(i, 1, GPUS) for i in range(iters)]
-    counts = [len(r["solo"]["iteration"]) for r in run["ranks"]]
-    basis = basis_of(run, "solo_run")
+    run = run_ddp(_paired("test", GPUS, 6, 2, Injection(), 2), progress=lambda s: None)
     clocks = [abs(a - b) / b for r in run["ranks"]
               for a, b in zip(r["iteration"], r["loop_iteration"])]
-    ok = (counts == [turns.count(r) for r in range(GPUS)] and sum(counts) == iters
-          and basis["costs"]["world_size"] == 1 and len(basis["costs"]["ranks"]) == GPUS
-          and run["ranks"][0]["clock"]["kind"] != "perf_counter" and max(clocks) < 0.1
-          # no beside steps on GPUs: the stand-in is host work (runs_beside)
-          and not any("beside" in r for r in run["ranks"]) and "beside_slowdown" not in run)
-    assert row(f"solo steps on each of {GPUS} GPUs in turn (NCCL)",
-               f"T(1) {run['solo_run']['per_batch_s'] * 1e3:.1f} ms, DDP at {GPUS} "
-               f"{run['iter_s'] * 1e3:.1f} ms; solo steps per rank {counts}; clocks within "
-               f"{max(clocks):.1%}", f"{iters} solo steps shared by turn, CUDA events, clocks "
+    local = [len(r["local"]["iteration"]) for r in run["ranks"]]
+    ok = (local == [6] * GPUS and run["ranks"][0]["clock"]["kind"] != "perf_counter"
+          and max(clocks) < 0.1)
+    assert row(f"paired launch on {GPUS} GPU(s) (NCCL)",
+               f"DDP {run['iter_s'] * 1e3:.1f} ms; local steps per rank {local}; clocks "
+               f"within {max(clocks):.1%}", "6 local steps per rank, CUDA events, clocks "
                "within 10 %", ok)
 
 

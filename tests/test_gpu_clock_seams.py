@@ -274,7 +274,7 @@ def test_a_ddp_ranks_drain_is_cudas_synchronize_on_a_gpu_rank_only(monkeypatch):
     """What a DDP rank drains its device with before the clock reads that end an iteration
     (the paired run's cut at a change of kind, the loop's end): CUDA's synchronize on a GPU
     rank, nothing on a CPU rank. Whether the cut uses it is the gpu-marked
-    test_solo_steps_run_each_rank_alone_on_its_gpu's clock check."""
+    test_a_paired_launch_cuts_its_steps_after_draining_the_gpu's clock check."""
     import torch
 
     from swinkit.rank import ddp

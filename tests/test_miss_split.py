@@ -163,23 +163,3 @@ def test_the_report_prints_each_launchs_terms_and_their_mean():
     assert miss_lines(launches + [unsplit])[-1] == ("  launch 3, N=2: not split "
                                                      "(KeyError: 'samples')")
     assert miss_lines([{"launch": 1, "targets": {2: {}}}]) == []
-
-
-def test_each_rank_alone_in_place_is_swapped_for_the_same_rank_at_n():
-    """A basis of each rank alone in its place: rank 0 forward 0.4, rank 1 0.6 (1.0 and 1.2 s
-    a step). The run at 2 showed exactly that, rank for rank (no spread, nothing to
-    communicate): predicted 1.2 s, no compute term. Swapping in the run's median rank for
-    both (forward 0.5) would have made a compute term of -0.1 s out of a prediction that was
-    right; swapped rank for rank it is 0."""
-    def ranks(forwards):
-        out = []
-        for r, f in enumerate(forwards):
-            phases = {**PHASES, "forward": f}
-            out.append(_rank(r, phases, [0.25, 0.5],
-                             [{"phases_s": phases, "bucket_ready_s": [0.25, 0.5]}] * 6))
-        return out
-    basis = {**_basis(), "in_place": True, "ranks": ranks((0.4, 0.6))}
-    paired = {**_basis(), "world_size": 2, "ranks": ranks((0.4, 0.6))}
-    got = split_miss(basis, Target(2, [0.0, 0.0]), BIG_HOST, paired, measured_s=1.2)
-    assert got["predicted_s"] == pytest.approx(1.2)
-    assert got["terms_s"] == pytest.approx({name: 0.0 for name in TERMS}, abs=1e-12)

@@ -131,22 +131,17 @@ def test_held_out_refuses_bad_input_before_announcing_or_launching_anything(tmp_
     assert "[world size" not in out.stdout + out.stderr
 
 
-def test_in_launch_is_refused_before_anything_runs_unless_it_predicts_from_1():
-    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2,4", "--predict-from",
-                     "1,2", "--in-launch")
-    assert out.returncode == 2 and "--in-launch predicts from world size 1" in out.stderr
-    assert "[world size" not in out.stdout + out.stderr
-    # a loading delay on rank 0 that the cpu preset's workers would carry into the solo steps;
-    # the old spelling of the option is the same option
-    out = _attribute("--run", "--preset", "cpu", "--world-sizes", "1,2", "--predict-from", "1",
-                     "--same-launch", "--inject", "data_ms=20")
-    assert out.returncode == 2 and "data_ms with solo steps" in out.stderr
-    assert "[world size" not in out.stdout + out.stderr
-    # not silently dropped where nothing is predicted from a run made now
-    for args in (("--run",), ("--predict", "4")):
-        out = _attribute("--preset", "test", "--in-launch", *args)
-        assert out.returncode == 2 and "--in-launch needs --run --predict-from 1" in out.stderr
-        assert "[world size" not in out.stdout + out.stderr
+def test_the_removed_in_launch_mode_is_refused_with_what_replaced_it():
+    """--in-launch (and its old spelling --same-launch) is gone: refused before anything runs,
+    however it is combined, with a message naming what a user runs instead."""
+    for flag in ("--in-launch", "--same-launch"):
+        for args in (("--run", "--world-sizes", "1,2", "--predict-from", "1"), ("--run",),
+                     ("--predict", "4")):
+            out = _attribute("--preset", "test", flag, *args)
+            assert out.returncode == 2, (flag, args)
+            assert "was removed" in out.stderr and "--predict-from" in out.stderr
+            assert "paired oracle" in out.stderr
+            assert "[world size" not in out.stdout + out.stderr
 
 
 def test_strong_scaling_is_refused_by_a_prediction_not_ignored():
@@ -346,42 +341,12 @@ def test_held_out_run_on_the_test_preset(tmp_path):
     # scaled by their ratio (the preset's ranks load themselves)
     assert data["launches"][0]["timed"]["2"]["loader_slowdown"] > 0
     assert any(a.startswith("loading: the run's own data wait") for a in two["assumptions"])
-
-
-@pytest.mark.slow
-def test_in_launch_prediction_on_the_test_preset(tmp_path):
-    """--in-launch: the run at 1 made inside the launch at 2 (each rank alone in turn, and
-    beside the other running the stand-in), the prediction from it scored against the DDP
-    steps beside it, labelled in-launch and never held out; every accuracy printed is
-    recomputed from the stored numbers and must agree. The basis holds both ranks alone, so
-    the prediction took the wait in the model's rhythm beyond the slowest rank's own work."""
-    out = _attribute("--run", "--preset", "test", "--world-sizes", "1,2", "--predict-from", "1",
-                     "--in-launch", "--iters", "4", "--repeats", "2",
-                     "--json", str(tmp_path / "s.json"), timeout=900)
-    assert out.returncode == 0, out.stderr
-    data = json.loads((tmp_path / "s.json").read_text())
-    assert _heading(out.stdout).startswith("IN-LAUNCH PREDICTION, NOT HELD OUT")
-    assert "held-out accuracy" not in out.stdout and data["in_launch"] is True
-    _check_printed_figures(data, out.stdout, "in-launch")
-    row = data["launches"][0]
-    two = row["targets"]["2"]
-    assert row["basis"]["costs"]["world_size"] == 1
-    assert row["basis"]["costs"]["in_place"] and len(row["basis"]["costs"]["ranks"]) == 2
-    timings = _first_timings(data)  # two of the launch's own, their mean taken
-    assert len(timings) == 2
-    assert two["sync_points_wait_s"] == pytest.approx(
-        sum(t["iteration_jitter_s"] for t in timings) / 2)
-    # each rank's model step beside the other running the stand-in, over its solo step: the
-    # compute slowdown taken (the larger of it and the overcommit, which is 1 or more)
-    beside = two["beside_slowdown"]
-    assert len(beside["per_rank"]) == 2 and all(r > 0 for r in beside["per_rank"])
-    assert two["compute_slowdown"] == max(beside["ratio"], two["core_slowdown"])
-    assert any("the model's own step" in a for a in two["assumptions"])
     # the run's own all-reduces, one per bucket the prediction replayed, each read in every
-    # measured DDP step (4), printed beside the durations replayed
+    # measured DDP step (5), printed beside the durations replayed
     spans = two["bucket_spans"]
-    assert len(spans) == len(two["bucket_comm_s"]) == len(row["basis"]["probe"]["elements"])
-    assert all(s["iterations"] == 4 and s["span_s"] > 0 for s in spans.values())
+    assert len(spans) == len(two["bucket_comm_s"])
+    assert len(spans) == len(data["launches"][0]["basis"]["probe"]["elements"])
+    assert all(s["iterations"] == 5 and s["span_s"] > 0 for s in spans.values())
     # the last bucket is launched where backward ends (its mark): none of it beside backward
     assert min(s["beside_backward_s"] for s in spans.values()) == 0
     assert "the buckets' all-reduces in the run" in out.stdout

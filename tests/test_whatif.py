@@ -388,70 +388,14 @@ def test_paired_schedule_alternates_whole_optimizer_steps():
     assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
                                               ("local", 1)]
     assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
-    # solo steps (rank 0 alone) between the DDP and local ones, whole optimizer steps too,
-    # and an unmeasured local step ("warm") before each measured one, whole too
-    assert schedule(2, 4, 2, paired=True, solo=True)[2:] == [
-        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("warm", 0), ("warm", 1),
-        ("local", 0), ("local", 1),
-        ("ddp", 4), ("ddp", 5), ("solo", 2), ("solo", 3), ("warm", 2), ("warm", 3),
-        ("local", 2), ("local", 3)]
-    with pytest.raises(ValueError, match="paired"):
-        schedule(1, 2, 1, paired=False, solo=True)
-    # DDP rebuilds its buckets after the first synchronised backward with a broadcast over
-    # every rank: that must happen in a DDP step, not in rank 0's solo one (a hang)
-    with pytest.raises(ValueError, match="warm-up"):
-        schedule(1, 4, 2, paired=True, solo=True)
-    # beside steps: the solo step's rank again, before the local steps, whole steps too
-    assert schedule(2, 2, 2, paired=True, solo=True, beside=True)[2:] == [
-        ("ddp", 2), ("ddp", 3), ("solo", 0), ("solo", 1), ("beside", 0), ("beside", 1),
-        ("warm", 0), ("warm", 1), ("local", 0), ("local", 1)]
-    # with 2 ranks taking turns, each rank's second turn (optimizer steps 2 and 3) runs its
-    # beside step first, so neither kind always starts warm from the other
-    kinds = [k for k, _ in schedule(2, 8, 2, paired=True, solo=True, beside=True,
-                                    world_size=2)[2:]]
-    turns = [kinds[i:i + 10:2] for i in range(0, len(kinds), 10)]  # one per optimizer step
-    assert turns == [["ddp", "solo", "beside", "warm", "local"]] * 2 + [
-        ["ddp", "beside", "solo", "warm", "local"]] * 2
-    # 3 ranks: turns 0, 1, 2 solo first, then 0, 1, 2 beside first, then solo first again
-    # (by step parity rank 1's first turn would already be swapped)
-    order = schedule(1, 7, 1, paired=True, solo=True, beside=True, world_size=3)
-    firsts = [k for n, (k, _) in enumerate(order)
-              if k in ("solo", "beside") and order[n - 1][0] == "ddp"]
-    assert firsts == ["solo"] * 3 + ["beside"] * 3 + ["solo"]
-    # every measured local step follows a step in which every rank ran the model: a warm step
-    # with solo steps, a DDP step without
-    for kwargs in ({}, {"solo": True}, {"solo": True, "beside": True, "world_size": 3}):
-        order = schedule(1, 7, 1, paired=True, **kwargs)
-        before = {order[n - 1][0] for n, (k, _) in enumerate(order) if k == "local"}
-        assert before == ({"warm"} if kwargs else {"ddp"}), (kwargs, before)
-    with pytest.raises(ValueError, match="solo"):
-        schedule(1, 2, 1, paired=True, beside=True)
+    # every measured local step follows a DDP step, in which every rank ran the model
+    order = schedule(1, 7, 1, paired=True)
+    assert {order[n - 1][0] for n, (k, _) in enumerate(order) if k == "local"} == {"ddp"}
 
 
-def test_a_neighbour_runs_the_stand_in_until_the_turn_is_over():
-    """:func:`busy_until` runs its work until the handle completes, then waits on it: a
-    handle done after 3 polls leaves 3 blocks run and one wait; one done at once, none."""
-    from swinkit.rank.stand_in import busy_until
-
-    class Handle:
-        def __init__(self, polls):
-            self.polls, self.waited = polls, 0
-
-        def is_completed(self):
-            self.polls -= 1
-            return self.polls < 0
-
-        def wait(self):
-            self.waited += 1
-    ran = []
-    late, early = Handle(3), Handle(0)
-    assert busy_until(late, lambda: ran.append(1)) == 3 and len(ran) == 3 and late.waited == 1
-    assert busy_until(early, lambda: ran.append(1)) == 0 and len(ran) == 3 and early.waited == 1
-
-
-def test_building_the_stand_in_leaves_the_models_random_stream_alone():
-    """A rank with beside steps builds the stand-in before its loop: the model's dropout and
-    drop path must draw what a rank without it draws."""
+def test_building_the_stand_in_leaves_the_global_random_stream_alone():
+    """The timing launch builds the stand-in with its own generator: torch's global random
+    stream draws what it would have drawn without it."""
     import torch
 
     from swinkit.rank.stand_in import swin_block_work
@@ -460,42 +404,6 @@ def test_building_the_stand_in_leaves_the_models_random_stream_alone():
     torch.manual_seed(1)
     swin_block_work(images=1)
     assert torch.equal(torch.rand(3), without)
-
-
-@pytest.mark.slow
-def test_beside_steps_run_the_models_step_beside_the_stand_in_with_accumulation(no_orphans):
-    """A paired launch of 2 with solo and beside steps and 2 micro-batches a step: 4 optimizer
-    steps, the ranks' turns 0, 1, 0, 1, the second two with the beside step before the solo
-    one, so each rank has 4 solo and 4 beside iterations of its own, and ran the stand-in
-    beside the other's turns (the barriers match in both orders: no hang), and an unmeasured
-    warm step before each measured local one; the ratio is per rank of its own steps."""
-    from swinkit.ddp_options import DDPOptions
-    from swinkit.measure.timeline import iteration_span
-    from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=8, warmup=2, paired=True, solo=True,
-                      ddp=DDPOptions(grad_accum=2))
-    out = run_ddp(spec, progress=lambda s: None)
-    for rank in out["ranks"]:
-        assert len(rank["solo"]["iteration"]) == 4 and len(rank["beside"]["iteration"]) == 4
-        assert rank["stand_in_blocks"] > 0
-        assert len(rank["timeline"]) == 10  # the DDP steps, warm-up included
-        # each rank's own turns swapped: solo first in its first, beside first in its second
-        start = {kind: [iteration_span(it)[0] for it in rank[kind]["timeline"]]
-                 for kind in ("solo", "beside")}
-        assert start["solo"][0] < start["beside"][0] and start["beside"][2] < start["solo"][2]
-        # between the rank's turn and the measured local step of that optimizer step, a warm
-        # step of 2 local iterations ran unmeasured: the gap holds more than one local
-        # iteration (without it, only the barriers between kinds)
-        local = rank["local"]["timeline"]
-        one_local = min(iteration_span(it)[1] - iteration_span(it)[0] for it in local)
-        assert len(local) == 8
-        for turn in (0, 1):
-            turn_end = max(iteration_span(rank[kind]["timeline"][2 * turn + 1])[1]
-                           for kind in ("solo", "beside"))
-            step = rank["rank"] + 2 * turn  # the optimizer step of this rank's turn
-            assert iteration_span(local[2 * step])[0] - turn_end > one_local
-    ratio = out["beside_slowdown"]
-    assert len(ratio["per_rank"]) == 2 and all(r > 0 for r in ratio["per_rank"])
 
 
 def test_time_between_end_and_begin_belongs_to_no_iteration():
@@ -573,67 +481,25 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
         DDPRunSpec(preset="test", local=True, paired=True).validate()
 
 
-def test_solo_steps_are_refused_where_they_would_hang_or_not_be_clean():
-    """Before any process starts: no warm-up step (DDP's bucket rebuild would fall in rank
-    0's solo step, a broadcast rank 1 never joins), and a loading delay on any rank where
-    loader workers run it (their copy of the switch cannot keep it out of the solo steps,
-    and every rank has solo steps of its own in turn)."""
-    from swinkit.ddp_options import DDPOptions
-    from swinkit.injection import Injection
-    from swinkit.runs.ddp_run import DDPRunSpec
-    with pytest.raises(ValueError, match="warmup"):
-        DDPRunSpec(preset="test", paired=True, solo=True, warmup=0).validate()
-    # each rank runs alone in turn, an optimizer step at a time: 2 ranks need 2 steps
-    with pytest.raises(ValueError, match=r"iters \(3\) of at least one optimizer step per rank"):
-        DDPRunSpec(preset="test", world_size=2, iters=3, paired=True, solo=True,
-                   ddp=DDPOptions(grad_accum=2), warmup=2).validate()
-    DDPRunSpec(preset="test", world_size=2, iters=4, paired=True, solo=True,
-               ddp=DDPOptions(grad_accum=2), warmup=2).validate()
-    loading = Injection(data_ms=20, ranks=(0,))
-    for ranks in ((0,), (1,)):
-        with pytest.raises(ValueError, match="data_ms with solo steps needs loader workers 0"):
-            DDPRunSpec(preset="cpu", world_size=2, paired=True, solo=True,
-                       injection=Injection(data_ms=20, ranks=ranks)).validate()
-    # no workers (test preset): the rank loads itself, the switch keeps the solo steps clean
-    DDPRunSpec(preset="test", paired=True, solo=True, injection=loading).validate()
-    DDPRunSpec(preset="cpu", paired=True, solo=True, injection=Injection(compute_ms=5)).validate()
-
-
 @pytest.mark.slow
-def test_solo_steps_run_each_rank_alone_in_turn_between_the_paired_steps(no_orphans):
-    """A paired launch of 2 with solo steps: each rank also runs steps alone over its group
-    of one (no meeting, nothing over the 2 ranks) while the other idles, rank 0 in solo steps
-    0 and 2, rank 1 in 1 and 3; each rank's per-iteration clocks are those of a paired run
-    (the idle time is in no iteration). The injection on rank 0 reaches its DDP and local
-    steps, not its solo ones (the run at 1 a prediction starts from is clean), and the solo
-    steps come back as a run at world size 1 in each rank's place."""
+def test_an_injection_reaches_both_kinds_of_step_of_a_paired_launch(no_orphans):
+    """A paired launch of 2 with a forward delay on rank 0: the delay reaches its DDP steps
+    and its local steps alike (each kind's read-out files what was injected in its own
+    steps), never rank 1's; each rank's per-iteration clocks are those of a paired run (the
+    barriers between kinds in no iteration)."""
     from swinkit.injection import Injection
-    from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True, solo=True,
+    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True,
                       injection=Injection(compute_ms=30, ranks=(0,)))
     out = run_ddp(spec)
     zero, one = out["ranks"]
-    assert len(zero["solo"]["timeline"]) == 2 and len(one["solo"]["timeline"]) == 2
     for rank in (zero, one):
         assert len(rank["timeline"]) == 6 and len(rank["local"]["iteration"]) == 4
         for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
             assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
-    for rank in (zero, one):  # a real step alone: its buckets over its group of one
-        solo = [[c["name"] for c in it["collectives"]] for it in rank["solo"]["timeline"]]
-        assert all(any(x.startswith("bucket") for x in n) and "meet" not in n for n in solo)
     assert zero["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
     assert zero["local"]["injected_s"]["compute"] == pytest.approx([0.03] * 4, rel=0.5)
-    assert zero["solo"]["injected_s"]["compute"] == [0.0] * 2
-    run1 = out["solo_run"]
-    assert run1["world_size"] == 1 and [r["rank"] for r in run1["ranks"]] == [0, 1]
-    assert run1["in_place"]
-    basis = basis_of(out, "solo_run")
-    assert basis["costs"]["world_size"] == 1 and basis["costs"]["contention"] == {}
-    assert basis["costs"]["in_place"] and len(basis["costs"]["ranks"]) == 2
-    assert basis["costs"]["bucket_comm_s"] == [0.0] * len(out["bucket_sizes_bytes"])
-    with pytest.raises(ValueError, match="paired"):
-        DDPRunSpec(preset="test", solo=True).validate()
+    assert "compute" not in one["injected_s"] and "compute" not in one["local"]["injected_s"]
 
 
 def test_replay_pairs_iterations_so_alternating_stragglers_cost_the_slow_one():

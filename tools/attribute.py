@@ -130,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
-    if args.in_launch and not (args.run and args.predict_from):
-        return _failed(ValueError("--in-launch needs --run --predict-from 1: it makes the "
-                                  "run at 1 inside the launch it scores"))
+    if args.in_launch:
+        from swinkit.experiments.predict_run import IN_LAUNCH_REMOVED
+        return _failed(ValueError(IN_LAUNCH_REMOVED))
     if args.scaling == "strong" and (args.predict or args.predict_from):
         return _failed(ValueError("--scaling strong: a prediction of world sizes not run "
                                   "assumes weak scaling (each rank's work as in the run it "
@@ -255,12 +255,8 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
                    help="with --run: predict each --world-sizes size above these from them "
                         "only, then run it and report the error per launch (held out)")
     p.add_argument("--in-launch", "--same-launch", dest="in_launch", action="store_true",
-                   help="with --run --predict-from 1: IN-LAUNCH, NOT HELD OUT: make the run at "
-                        "1 inside each launch at N' (each rank alone in turn, the others idle, "
-                        "step by step between the DDP steps) and score the prediction against "
-                        "that launch's DDP steps; the run predicted from shares the scored "
-                        "run's launch, which a user who has not run N' cannot have (held out: "
-                        "without it, or swinkit scorecard)")
+                   help="removed, refused: use --predict-from (held out) or the paired oracle "
+                        "of --run (docs/prediction.md)")
     p.add_argument("--stored", metavar="JSON", help="a --predict --json report to predict from")
     p.add_argument("--link", metavar="GBPS,LATENCY_US", type=_link("--link"),
                    help="the ring model's link (from a stored report: default fitted to its "
@@ -310,8 +306,7 @@ def _predict(args) -> int:
             sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
             report = held_out(args.preset, sizes, sources, iters=args.iters,
                               repeats=args.repeats, score=not args.predict,
-                              injection=parse_injections(args.inject),
-                              in_launch=args.in_launch)
+                              injection=parse_injections(args.inject))
             lines = held_out_lines(report)
         elif args.preset == "thesis" and args.predict:
             report, lines = _projection(args)

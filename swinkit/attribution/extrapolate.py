@@ -6,9 +6,7 @@ will N' give me". Here the run at the largest measured size N0 supplies what doe
 on N', and what does is either measured cheaply at N' without the model or modelled:
 
 * **per-rank compute**: the median rank's local phases (and bucket ready times) of the run at
-  N0, each of N' ranks given that same profile; where every one of the N' ranks ran alone in
-  its place (``--in-launch``, :func:`~swinkit.attribution.rank_profiles.in_place`), each
-  rank its own, so that the replay's steps wait for the rank that was slower alone;
+  N0, each of N' ranks given that same profile;
 * **shared host cores**: each rank keeps ``threads_per_rank`` cores busy, and each loader
   worker the share of an iteration it spends loading; while N' ranks need more cores than the
   host has, every compute phase slows by the overcommit (a fluid share of the cores), relative
@@ -25,13 +23,11 @@ on N', and what does is either measured cheaply at N' without the model or model
   per-rank, per-iteration local work samples of the run at N0 are independent draws; the
   measured iteration is a median, so the prediction adds the median of the maximum of N'
   draws less the median of one: its 0.5^(1/N') quantile, as P(max <= x) = F(x)^N'
-  (:mod:`~swinkit.attribution.order_statistics`; the mean is reported beside it). With each
-  rank's own profile: one draw from each rank's own samples, beyond the slowest rank's
-  median (the replay has that rank already). The wait timed at N' with equal work on every
-  rank (``iteration_wait_s``, in the model's rhythm between meetings, or with each rank's own
-  profile its part beyond the slowest rank's own work, ``iteration_jitter_s``; else
-  ``sync_wait_s`` per sync point) replaces it where larger, and stands alone where the
-  ranks' threads outnumber the cores (time-sliced ranks are not independent draws).
+  (:mod:`~swinkit.attribution.order_statistics`; the mean is reported beside it). The wait
+  timed at N' with equal work on every rank (``iteration_wait_s``, in the model's rhythm
+  between meetings; else ``sync_wait_s`` per sync point) replaces it where larger, and stands
+  alone where the ranks' threads outnumber the cores (time-sliced ranks are not independent
+  draws).
 
 Everything this returns is a prediction and carries its assumptions (``assumptions``).
 Numbers only: no torch, no processes.
@@ -43,8 +39,8 @@ from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
 from swinkit.attribution.prediction_assumptions import assumptions
-from swinkit.attribution.order_statistics import expected_max, median_max, median_max_each
-from swinkit.attribution.rank_profiles import in_place, rank_profiles, rank_samples
+from swinkit.attribution.order_statistics import expected_max, median_max
+from swinkit.attribution.rank_profiles import rank_profiles, rank_samples
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -77,17 +73,11 @@ class Target:
     # what a rank loses per optimizer step waiting for the slowest when every rank works in
     # the model's rhythm (its segments between meetings) without the model; None: not timed
     iteration_wait_s: float | None = None
-    # the same beyond the slowest rank's own work: what a prediction at each rank's speed needs
-    iteration_jitter_s: float | None = None
     # backward vs all-reduce contention rates timed at N' with a stand-in for backward
     contention: dict = field(default_factory=dict)
     # how much slower a stand-in for the model's compute ran with N' ranks at once than alone
     # (shared cores, caches, memory bandwidth), timed at N'; None: not timed
     compute_slowdown: float | None = None
-    # how much slower the model's own step ran, one rank at a time in the launch at N', with
-    # the other ranks running the stand-in than with them idle (its beside steps over its
-    # solo steps): the model's sensitivity to the sharing, taken in place of the stand-in's
-    model_slowdown: float | None = None
 
 
 def core_slowdown(n: int, n0: int, host: Host, worker_busy: float = 0.0) -> float:
@@ -181,8 +171,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # half a dozen of the others' figures.
     n, n0 = target.world_size, costs["world_size"]
     injected = injected or {}
-    own = in_place(costs, n, target.ranks_per_node)  # each rank its own, else the median's
-    profiles = rank_profiles(costs, n, own)
+    profiles = rank_profiles(costs, n)
     local = statistics.fmean(sum(sum(p["phases_s"].values()) for p in profile) / len(profile)
                              for profile in profiles)
     load_s = (host.images_per_rank / target.supply_images_per_s
@@ -192,7 +181,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     # the stand-in timed at N' sees the host's sharing beyond its cores (caches, memory
     # bandwidth) as well as an overcommit of them: the larger of the two, not both (which
     # would count an overcommit twice); relative to one rank, so only from a basis at 1
-    timed = (target.model_slowdown or target.compute_slowdown or 1.0) if n0 == 1 else 1.0
+    timed = (target.compute_slowdown or 1.0) if n0 == 1 else 1.0
     slow = slowdown if slowdown is not None else max(over, timed)
     ratio = loading_ratio(costs, target, host)
     ranks = [[_at_target(p, slow, target, ratio, load_s, host) for p in profile]
@@ -207,11 +196,8 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
         "buffer_sync": costs.get("buffer_sync", True),
         "sync_bn_s": {"forward": 0.0, "backward": 0.0}}
     base = simulate(replay_costs, launch_delay_s)
-    each = rank_samples(costs)
-    samples = [x for mine in each for x in mine]  # pooled: the draws of a median rank
-    # with each rank's own profile one draw per rank, beyond the slowest rank's median
-    jitter = (((median_max_each(each) - max(statistics.median(v) for v in each)) if own else
-               median_max(samples, n) - median_max(samples, 1)) * slow) if samples else 0.0
+    samples = [x for mine in rank_samples(costs) for x in mine]  # the draws of a median rank
+    jitter = (median_max(samples, n) - median_max(samples, 1)) * slow if samples else 0.0
     # the same wait seen from the host: per sync point (each bucket, the buffer broadcast)
     # what equal work waited for the slowest rank at N'; the larger of the two estimates.
     # Ranks time-sliced on too few cores are not independent draws (one fair scheduler
@@ -222,11 +208,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     points = len(comm) + (1 if replay_costs["buffer_sync"] else 0)
     desync = (target.sync_wait_s or 0.0) * points / costs["grad_accum"] if n > 1 else 0.0
     if target.iteration_wait_s is not None and n > 1:  # timed in the model's own rhythm
-        # with each rank's own speed replayed, only the wait beyond the slowest rank's own
-        # work: the timing launch's ranks differ in speed as the model's do, by other amounts
-        wait = (target.iteration_jitter_s if own and target.iteration_jitter_s is not None
-                else target.iteration_wait_s)
-        desync = wait / costs["grad_accum"]
+        desync = target.iteration_wait_s / costs["grad_accum"]
     sliced = (target.ranks_per_node or n) * host.threads_per_rank > host.cores
     shared = sliced and (target.iteration_wait_s, target.sync_wait_s) != (None, None)
     jitter = desync if shared else max(jitter, desync)
@@ -241,11 +223,6 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
             "bucket_comm_s": comm, "broadcast_s": replay_costs["broadcast_s"],
             "comm_source": target.source if network else "network term dropped",
             "assumptions": assumptions(costs, target, host, ratio) + list(target.notes)}
-
-
-def efficiency(t1: float, tn: float) -> float:
-    """Weak-scaling efficiency T(1) / T(N): each rank's images are fixed."""
-    return t1 / tn
 
 
 def naive(t1: float, target: Target, known_s: float = 0.0) -> dict:

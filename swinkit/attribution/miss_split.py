@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 
 from swinkit.attribution.extrapolate import Host, Target, predict_at
-from swinkit.attribution.rank_profiles import in_place, median_profile, rank_profiles
+from swinkit.attribution.rank_profiles import median_profile
 from swinkit.attribution.oracle import simulate
 
 TERMS = ("compute", "loading", "communication", "contention", "rank_wait", "beyond_replay")
@@ -51,13 +51,9 @@ def split_miss(basis: dict, target: Target, host: Host, paired: dict,
 
     steps = [first["predicted_iter_s"]]
     seen = median_profile(paired)
-    # compute: the run's median rank's phases and ready times (rank by rank where the basis
-    # has each rank's own), put in before the prediction scales them by the host's sharing
-    # (so that they come out as the run showed them)
-    n = target.world_size
-    mine = (rank_profiles(paired, n, own=True) if in_place(basis, n, target.ranks_per_node)
-            else [seen] * len(basis["ranks"]))
-    basis = _with_profile(basis, mine, slow)
+    # compute: the run's median rank's phases and ready times, put in before the prediction
+    # scales them by the host's sharing (so that they come out as the run showed them)
+    basis = _with_profile(basis, [seen] * len(basis["ranks"]), slow)
     steps.append(predicted(basis, target))
     target = dataclasses.replace(target, data_wait_s=statistics.fmean(
         p["phases_s"]["data_wait"] for p in seen))

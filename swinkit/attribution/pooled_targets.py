@@ -36,5 +36,4 @@ def pooled(history: list[Target]) -> Target:
                                loader_slowdown=mean("loader_slowdown"),
                                sync_wait_s=mean("sync_wait_s"),
                                iteration_wait_s=mean("iteration_wait_s"),
-                               iteration_jitter_s=mean("iteration_jitter_s"),
                                notes=latest.notes + [note])

@@ -2,8 +2,6 @@
 granted, in words: printed with every prediction (torch-free)."""
 from __future__ import annotations
 
-from swinkit.attribution.rank_profiles import in_place
-
 # what the model cannot know on CPU, said under every CPU prediction (its report, the scorecard)
 CPU_LIMIT = ("on CPU the ranks share the host's cores (and its caches and memory bandwidth), "
              "which a GPU job, one rank per device, does not: the model reads that sharing "
@@ -23,11 +21,7 @@ def assumptions(costs: dict, target, host, ratio: float | None) -> list[str]:
     (``ratio``: the loading ratio it took, :func:`~swinkit.attribution.extrapolate.loading_ratio`;
     the types are not imported here, as extrapolate imports this)."""
     n0 = costs["world_size"]
-    own = in_place(costs, target.world_size, target.ranks_per_node)
     out = [
-        "per-rank compute is each rank's own local phases alone, world size 1 in its place "
-        "in the launch at N' (each rank ran alone in turn)"
-        if own else
         f"per-rank compute is the median rank's local phases of the run at world size {n0} "
         "(the largest measured), the same on every rank",
         f"host: {host.cores} cores, {host.threads_per_rank} thread(s) per rank and "
@@ -36,7 +30,7 @@ def assumptions(costs: dict, target, host, ratio: float | None) -> list[str]:
         _sharing_assumption(target) if n0 == 1 else
         "compute slows only by the overcommit of cores (the basis's own compute shares the "
         "host)",
-        _wait_assumption(own, target),
+        _wait_assumption(),
         f"communication: bucket all-reduces and buffer broadcast {target.source}",
         ("contention between backward and all-reduce: the rates measured at world size "
          f"{n0}") if n0 > 1 else (
@@ -56,28 +50,19 @@ def assumptions(costs: dict, target, host, ratio: float | None) -> list[str]:
     return out
 
 
-def _wait_assumption(own: bool, target) -> str:
+def _wait_assumption() -> str:
     """How the wait for the slowest rank was predicted, in words."""
-    draws = ("each rank's own samples; the slowest-of-N' wait is the median of the maximum of "
-             "one draw per rank beyond the slowest rank's median" if own else "the measured "
-             "samples; the slowest-of-N' wait is the median of their maximum (order statistics)")
-    rhythm = ("beyond the slowest rank's own work (iteration_jitter_s)"
-              if own and target.iteration_jitter_s is not None else "(iteration_wait_s)")
-    return (f"per-rank, per-iteration times are independent draws from {draws}, or, if larger, "
-            f"the wait timed at N' with equal work on every rank: in the model's rhythm {rhythm} "
-            "where timed, else per sync point (sync_wait_s, which holds the timing launch's "
-            "own ranks' differences in speed too) times the sync points; where the ranks' "
-            "threads outnumber the cores (time-sliced, not independent) the timed wait alone")
+    return ("per-rank, per-iteration times are independent draws from the measured samples; "
+            "the slowest-of-N' wait is the median of their maximum (order statistics), or, if "
+            "larger, the wait timed at N' with equal work on every rank: in the model's rhythm "
+            "(iteration_wait_s) where timed, else per sync point (sync_wait_s, which holds the "
+            "timing launch's own ranks' differences in speed too) times the sync points; where "
+            "the ranks' threads outnumber the cores (time-sliced, not independent) the timed "
+            "wait alone")
 
 
 def _sharing_assumption(target) -> str:
     """How compute was slowed by the host's sharing at N', from a basis at world size 1."""
-    if target.model_slowdown:
-        return ("compute slows as the model's own step did in the launch at N', one rank at a "
-                "time with the others running a stand-in for the model's compute against "
-                f"them idle (x{target.model_slowdown:.3f}: cores' caches, memory bandwidth), "
-                "where that exceeds the overcommit; the stand-in's own reading beside it was "
-                + (f"x{target.compute_slowdown:.3f}" if target.compute_slowdown else "not timed"))
     if target.compute_slowdown:
         return ("compute slows as a stand-in for it did, timed at N' with every rank at once "
                 f"against each alone (x{target.compute_slowdown:.2f}: caches, memory "

@@ -22,30 +22,15 @@ def median_profile(costs: dict) -> list[dict]:
     return out
 
 
-def in_place(costs: dict, n: int, ranks_per_node: int | None = None) -> bool:
-    """Whether the basis holds world size 1 in each place of the N' ranks (a ``--in-launch``
-    basis: every rank of the launch at N' ran alone in turn), so that rank r at N' is
-    predicted from rank r alone, its own speed. Only for N' ranks on the one host they ran
-    on (``ranks_per_node`` None or N'): elsewhere one host's ranks say nothing of another's."""
-    return (bool(costs.get("in_place")) and len(costs["ranks"]) == n
-            and (ranks_per_node or n) == n)
-
-
-def rank_profiles(costs: dict, n: int, own: bool = False) -> list[list[dict]]:
-    """The profile each of ``n`` ranks works to: each rank's own where ``own`` (the basis
-    :func:`in_place`: rank against rank, each as it ran alone), else the median rank's for
-    every one.
+def rank_profiles(costs: dict, n: int) -> list[list[dict]]:
+    """The profile each of ``n`` ranks works to: the median rank's for every one.
 
     >>> def rank(f):
     ...     return {"positions": [{"phases_s": {"forward": f}, "bucket_ready_s": []}]}
-    >>> costs = {"grad_accum": 1, "in_place": True, "ranks": [rank(1.0), rank(1.2)]}
-    >>> [p[0]["phases_s"]["forward"] for p in rank_profiles(costs, 2, own=True)]
-    [1.0, 1.2]
+    >>> costs = {"grad_accum": 1, "ranks": [rank(1.0), rank(1.2)]}
     >>> [p[0]["phases_s"]["forward"] for p in rank_profiles(costs, 4)]
     [1.1, 1.1, 1.1, 1.1]
     """
-    if own:
-        return [median_profile({**costs, "ranks": [r]}) for r in costs["ranks"]]
     return [median_profile(costs)] * n
 
 

@@ -4,7 +4,6 @@
     whatif_run.py       predict, then run, each remedy
     predict_run.py      predict world sizes not run; run them after and score (held out)
     held_out_parts.py   a held-out prediction's parts: one target predicted, its miss, its spec
-    predict_in_launch.py the in-launch prediction (not held out): the run at 1 inside the launch
     predict_stored.py   predict from a stored held-out report (ring model, nodes)
     injected_costs.py   injections in a held-out prediction (added at N', taken off the basis)
     target_timing.py    what a prediction times at N' without the model: one launch, a Target

@@ -1,7 +1,6 @@
-"""The parts of a held-out prediction (:mod:`swinkit.experiments.predict_run`) shared by its
-two ways of making the run it predicts from: the prediction at one target from a basis
-(:func:`predict_one`), where it missed (:func:`explain_miss`), and the spec every size runs
-(:func:`paired_spec`)."""
+"""The parts of a held-out prediction (:mod:`swinkit.experiments.predict_run`): the prediction
+at one target from a basis (:func:`predict_one`), where it missed (:func:`explain_miss`), and
+the spec every size runs (:func:`paired_spec`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -32,17 +31,15 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     beside it. ``injection``: what the run at the target is known to add (a straggler there),
     taken into the model's replay, and into the naive predictions as what it adds on the
     rank it slows most (every fact the model has, the baselines have too).
-    ``basis_injection``: the one the run predicted from had (in its timings already; for a
-    basis made in place, the launch's, as each rank's turns alone held it); ``t1_injection``:
+    ``basis_injection``: the one the run predicted from had (in its timings already);
+    ``t1_injection``:
     the one T(1)'s run had (taken off the naive predictions' T(1)). A slower link
     (``comm_scale``) is not taken here: :func:`~swinkit.experiments.target_timing.
     measure_target` times it."""
     c, host = basis["costs"], Host(**basis["host"])
     injection, basis_injection = without_link(injection), without_link(basis_injection)
     check_held_out(basis_injection, [])
-    # every rank the basis holds: its N0 ranks, or each rank of the launch a basis made in
-    # place ran alone in (world size 1 in each of their places)
-    places = max(r["rank"] for r in c["ranks"]) + 1
+    places = max(r["rank"] for r in c["ranks"]) + 1  # every rank the basis holds
     held = injected_costs(basis_injection, places, host)[0]
     if held:  # the run as if clean: the target's injection is added whole
         c = without_injection(c, held)
@@ -108,5 +105,5 @@ def score_unpaired_run(pred: dict, spec: DDPRunSpec, say) -> None:
     from swinkit.attribution.held_out_scores import score_unpaired
     from swinkit.runs.ddp_run import run_ddp
     say("the same DDP run unpaired (no local steps, no barrier between steps)")
-    plain = run_ddp(dataclasses.replace(spec, paired=False, solo=False), progress=say)
+    plain = run_ddp(dataclasses.replace(spec, paired=False), progress=say)
     score_unpaired(pred, plain["iter_s"])

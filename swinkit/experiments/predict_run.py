@@ -15,7 +15,6 @@ launch. Nothing measured at N' by the DDP run is used by the prediction.
 Every launch is made alike and owes nothing to the others (its own timings, nothing pooled
 across launches): a command's launches are so many fresh draws of the same forecast, and
 the spread of their scores is the forecast's, not an artefact of their order.
-``in_launch`` (not held out): :mod:`swinkit.experiments.predict_in_launch`.
 """
 from __future__ import annotations
 
@@ -28,19 +27,26 @@ from swinkit.data.loader import ensure_data
 from swinkit.experiments.held_out_parts import (FIRST_TIMINGS, earlier_timings, explain_miss,
                                                 paired_spec, predict_one, score_unpaired_run)
 from swinkit.experiments.injected_costs import check_held_out, without_link
-from swinkit.experiments.predict_in_launch import in_launch_row
 from swinkit.experiments.target_timing import measure_target
 from swinkit.injection import Injection
 from swinkit.runs.component_costs import basis_of, costs, predict_from
 from swinkit.runs.ddp_run import run_ddp
 from swinkit.runs.ddp_sweep import images_per_rank
 
-__all__ = ["FIRST_TIMINGS", "held_out", "held_out_from_sweep", "predict_one"]
+__all__ = ["FIRST_TIMINGS", "IN_LAUNCH_REMOVED", "held_out", "held_out_from_sweep", "predict_one"]
+
+# what ``--in-launch`` (formerly ``--same-launch``) answers now: the mode is gone
+IN_LAUNCH_REMOVED = (
+    "--in-launch (formerly --same-launch) was removed: its run at 1, made inside the launch it "
+    "scored, was not held out, and what it added (each rank alone in turn, its step beside a "
+    "stand-in) modelled CPU ranks sharing cores. A forecast: --run --predict-from N (separate "
+    "launches; swinkit scorecard prints its figures). The decomposition check: the paired "
+    "oracle every --run prints (docs/prediction.md)")
 
 
 def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warmup: int = 3,
-             repeats: int = 3, score: bool = True, injection=None, in_launch: bool = False,
-             unpaired: bool = False, progress=print) -> dict:
+             repeats: int = 3, score: bool = True, injection=None, unpaired: bool = False,
+             progress=print) -> dict:
     """Per launch: time each target size N' without the model, run the ``predict_from_sizes``,
     predict every larger size of ``world_sizes`` from them, then (``score``) run it and score
     the prediction. The timings at N' come first so that the run predicted from is the one
@@ -48,12 +54,10 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
     measured closer in time carries less of that drift into the score. They need the buckets'
     sizes: one short run at the largest "from" size first. ``unpaired``: each scored run at
     N' also run unpaired (no local steps, no barrier between steps: the run a user has) and
-    every predictor scored against it too.
-    ``in_launch``: the run at 1 is made inside the launch at N' (not held out,
-    :mod:`swinkit.experiments.predict_in_launch`)."""
-    sources, targets = _sizes(world_sizes, predict_from_sizes, in_launch, score)
+    every predictor scored against it too."""
+    sources, targets = _sizes(world_sizes, predict_from_sizes)
     injection = injection or Injection()
-    specs = _specs(preset, sources, targets, iters, warmup, injection, in_launch)
+    specs = _specs(preset, sources, targets, iters, warmup, injection)
     # every run's input refused (and the synthetic set written) before anything is launched
     # or announced: a bad --data-root or --inject fails in a second, not after minutes
     configs = [spec.validate()[0] for spec in specs.values()]
@@ -71,21 +75,16 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
                                        specs[ws].injection.comm_scale)  # a slower link at N'
                         for _ in range(FIRST_TIMINGS)] for ws in targets}
         timed = {ws: pooled(history[ws]) for ws in targets}
-        if in_launch:
-            launches.append(in_launch_row(specs, timed, history, injection, k + 1, say,
-                                          unpaired))
-        else:
-            launches.append(_separate_row(specs, sources, timed, history, k + 1, say, score,
-                                          unpaired))
+        launches.append(_separate_row(specs, sources, timed, history, k + 1, say, score,
+                                      unpaired))
     return {"preset": preset, "from": sources, "targets": targets, "launches": launches,
             "summary": summarize(launches, targets), "repeatability": repeatability(launches),
-            "injection": injection.to_dict(), "in_launch": in_launch}
+            "injection": injection.to_dict(), "in_launch": False}  # held out, always
 
 
 def _separate_row(specs: dict, sources: list, timed: dict, history: dict, number: int, say,
                   score: bool, unpaired: bool) -> dict:
-    """One launch of :func:`held_out` in separate launches: the "from" sizes run in their own
-    launches, the prediction of each target from the largest, and (``score``) the run at
+    """One launch of :func:`held_out`: the "from" sizes run in their own launches, the prediction of each target from the largest, and (``score``) the run at
     each target after it."""
     runs = {}
     for ws in sources:
@@ -115,28 +114,22 @@ def _separate_row(specs: dict, sources: list, timed: dict, history: dict, number
     return row
 
 
-def _sizes(world_sizes, predict_from_sizes, in_launch: bool, score: bool):
+def _sizes(world_sizes, predict_from_sizes):
     """(the "from" sizes, the target sizes above them), or ValueError naming the option."""
     sources = sorted(set(predict_from_sizes))
     targets = sorted(ws for ws in set(world_sizes) if ws > sources[-1])
     if not targets:
         raise ValueError(f"--predict: no world size above the largest 'from' size {sources[-1]}")
-    if in_launch and (sources != [1] or not score):
-        raise ValueError("--in-launch predicts from world size 1 (--predict-from 1) and scores "
-                         f"the run it is made in (not with --predict); got from {sources}")
     return sources, targets
 
 
-def _specs(preset, sources, targets, iters, warmup, injection, in_launch) -> dict:
-    """Every size's spec (:func:`paired_spec`); with ``in_launch`` the targets' carry the solo
-    steps. ValueError where the injection cannot be predicted held out."""
+def _specs(preset, sources, targets, iters, warmup, injection) -> dict:
+    """Every size's spec (:func:`paired_spec`). ValueError where the injection cannot be
+    predicted held out."""
     images = images_per_rank(preset, sorted(set(sources) | set(targets)), "weak")
     specs = {ws: paired_spec(preset, ws, iters, warmup, injection, images[ws])
              for ws in sources + targets}
-    if in_launch:  # the launches at N' carry the run at 1: validated as such
-        specs.update({ws: dataclasses.replace(specs[ws], solo=True) for ws in targets})
-    check_held_out(None if in_launch else specs[sources[-1]].injection,  # solo: clean
-                   [specs[ws].injection for ws in targets])
+    check_held_out(specs[sources[-1]].injection, [specs[ws].injection for ws in targets])
     return specs
 
 

@@ -68,12 +68,10 @@ def target_rank(rank, preset: str, workers: int, elements: list[list[int]], dtyp
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     sync_wait = lockstep_wait(rank.world_size, device)
     rhythm = rhythm_wait(rank.world_size, device, segments_s) if segments_s else None
-    rhythm = rhythm or (None, None)  # (its wait, the wait beyond the slowest rank's own work)
     slowdowns.append(stand_in_slowdown(rank.rank, rank.world_size, device))
     return {"rank": rank.rank, "images_per_s": supply["images_per_s"],
             "alone_images_per_s": one_loader.get("images_per_s"), "bucket_comm_s": comm,
-            "broadcast_s": broadcast, "sync_wait_s": sync_wait, "iteration_wait_s": rhythm[0],
-            "iteration_jitter_s": rhythm[1],
+            "broadcast_s": broadcast, "sync_wait_s": sync_wait, "iteration_wait_s": rhythm,
             "compute_slowdown": statistics.median(slowdowns), "compute_slowdowns": slowdowns,
             "contention": proxy_contention(elements, getattr(torch, dtype), device)
             if rank.world_size > 1 else {}}
@@ -178,7 +176,7 @@ def meeting_segments(costs: dict) -> list[float]:
 
 
 def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: float = 8.0,
-                rounds: tuple[int, int] = (12, 60)) -> tuple[float, float] | None:
+                rounds: tuple[int, int] = (12, 60)) -> float | None:
     """Seconds per optimizer step a rank loses waiting for the slowest of the N' ranks when
     every rank works in the model's rhythm without the model: the stand-in's kind of work
     (:func:`stand_in_slowdown`'s block, in pieces of a few ms) for as long as each of
@@ -186,10 +184,7 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
     round (its work and its waits) less the median of its own work in the rounds (beside the
     other ranks') and less a round of the barriers alone (what a meeting costs without a
     wait: the replay counts the collectives themselves): the measured iteration is a
-    median. The ranks' mean, at least 0; and beside it the wait beyond the slowest rank's
-    own work (the median round less the ranks' largest median of own work and the barriers):
-    what is left once the ranks' own speeds, which differ here by other amounts than the
-    model's ranks do, are predicted rank by rank. A rhythm of 60 and 17 ms on 2 ranks of a 2-core
+    median. The ranks' mean, at least 0. A rhythm of 60 and 17 ms on 2 ranks of a 2-core
     host lost 3-7 ms a round where 12 matmuls of 0.2 ms between meetings lost 1.2-1.9: how
     long the ranks work between meetings sets how far they drift apart. As many rounds as
     fit in ``budget_s``, within ``rounds``. None at one rank and on GPUs, where the model's
@@ -233,7 +228,4 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
             whole.append(time.perf_counter() - begin)
     barriers = statistics.median(bare[2:])
     wait = statistics.median(whole) - statistics.median(own) - barriers
-    slowest = torch.tensor([statistics.median(own)], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    beyond = statistics.median(whole) - float(slowest) - barriers
-    return _rank_mean(max(wait, 0.0), device), _rank_mean(max(beyond, 0.0), device)
+    return _rank_mean(max(wait, 0.0), device)

@@ -42,7 +42,6 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
                   loader_slowdown=_loader_slowdown(ranks[0]),
                   sync_wait_s=ranks[0].get("sync_wait_s"),
                   iteration_wait_s=ranks[0].get("iteration_wait_s"),
-                  iteration_jitter_s=ranks[0].get("iteration_jitter_s"),
                   contention=_median_rates(ranks),
                   compute_slowdown=ranks[0].get("compute_slowdown"), notes=notes)
 

@@ -32,10 +32,9 @@ from swinkit.ddp_options import DDPOptions
 from swinkit.rank.ddp_setup import RankRun, setup_rank
 from swinkit.rank.delays import GATE, per_iteration
 from swinkit.rank.errors import out_of_memory_named
-from swinkit.rank.step_switch import schedule, solo_rank, sync_batch_norms
+from swinkit.rank.step_switch import schedule, sync_batch_norms
 from swinkit.rank.skeleton import Window, cuda_peaks, drained_now, identity, timeline_fields
 from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
-from swinkit.rank.stand_in import busy_until, swin_block_work
 
 
 def _step(run: RankRun, it: int) -> None:
@@ -89,8 +88,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
              inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
              device: str | None = None, trace_dir: str | None = None, bare: bool = False,
              seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
-             local: bool = False, comm_load=None, paired: bool = False, solo: bool = False,
-             beside: bool = False) -> dict:
+             local: bool = False, comm_load=None, paired: bool = False) -> dict:
     """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
 
     Args:
@@ -104,19 +102,6 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
         paired: after ``warmup``, alternate optimizer steps of DDP and local iterations
             (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
             local ones in ``result["local"]`` (timeline, iteration, loss).
-        solo: with ``paired``, a third kind of step between each DDP and local one: one rank
-            alone over its group of one while the other ranks idle at the next barrier, the
-            ranks taking turns (:func:`~swinkit.rank.step_switch.solo_rank`), world size 1
-            inside this launch (``result["solo"]``, each rank's own, as ``"local"``): a run at
-            1 in each rank's place that shares the host's speed of the moment with the DDP
-            steps beside it. No injection reaches them (the run a prediction starts from is
-            clean). Each measured local step then follows an unmeasured one ("warm"), so that
-            the ranks that idled start it warm.
-        beside: with ``solo``, beside each solo step (after it, or before it on the rank's
-            every other turn) the same rank runs its model step while the others run the
-            stand-in for the model's compute until it is done
-            (:func:`~swinkit.rank.stand_in.busy_until`): ``result["beside"]``, as ``"solo"``,
-            and how many stand-in blocks this rank ran beside the others' turns.
     """
     # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
     # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
@@ -130,9 +115,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
     clocks = clock_offsets(rank, run.control)
     profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
     profiler and profiler.start()
-    order = schedule(warmup, iters, options.grad_accum, paired, solo, beside, rank.world_size)
-    stand_in = swin_block_work(images=8) if beside else None
-    blocks = 0  # of the stand-in, run beside the other ranks' turns
+    order = schedule(warmup, iters, options.grad_accum, paired)
     switch = run.buckets.launcher if paired else None
     window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
     with out_of_memory_named(rank.rank, run.cfg):
@@ -140,7 +123,7 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
             if n == warmup:
                 window.start()
             rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
-            GATE.on = injection.on_iteration(it) and kind not in ("solo", "beside")
+            GATE.on = injection.on_iteration(it)
             GATE.iteration = n  # what each measured injection is filed under
             run.injected.append(GATE.on and injection.active)  # this rank's own injection
             if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
@@ -152,20 +135,13 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                 run.timeline.end()  # on GPU its end event queues behind the step's kernels
                 if n:  # the host's clock read once those kernels are done, as at the loop's end
                     run.cut[n - 1] = drained_now(_drain(run))
-                if n and order[n - 1][0] == "beside" and _has_turn(order[n - 1], rank, options):
-                    dist.barrier()  # the one the other ranks ran the stand-in until
                 dist.barrier()
                 run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
-            switch and switch.use(local=kind != "ddp")  # solo: over the group of one too
+            switch and switch.use(local=kind != "ddp")
             if switch and run.meet:
-                run.meet.on = kind in ("warm", "local")  # alone, a rank meets nobody
+                run.meet.on = kind == "local"
             run.starts.append(time.perf_counter())
-            if kind in ("solo", "beside") and not _has_turn((kind, it), rank, options):
-                _rest(run)
-                if kind == "beside" and order[n - 1][0] != "beside":  # once per optimizer step
-                    blocks += busy_until(dist.barrier(async_op=True), stand_in)
-            else:
-                _step(run, it)
+            _step(run, it)
             run.stats and run.stats.poll()
             profiler and profiler.step()
         # the last iteration's kernels, before its end is read (the bare loop's clock)
@@ -195,17 +171,14 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
                                  for name, m in measured.items()}
     resolved = (run.timeline.resolve(clocks["applied"])
                 if run.timeline.enabled and (paired or load is not None) else [])
-    for kind in ("local", "solo", "beside") if paired else ():
-        its = [n for n, (k, i) in enumerate(order) if k == kind and (
-            kind == "local" or _has_turn((k, i), rank, options))]
+    for kind in ("local",) if paired else ():
+        its = [n for n, (k, _) in enumerate(order) if k == kind]
         if its:
             result[kind] = {"timeline": [resolved[n] for n in its],
                             "iteration": [sum(phase_durations(resolved[n]).values()) for n in its],
                             "loss": [float(run.losses[n]) for n in its],
                             "injected_s": {name: per_iteration(m, its)
                                            for name, m in measured.items()}}
-    if beside:
-        result["stand_in_blocks"] = blocks
     if load is not None:
         result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
                                                       for it in resolved[len(order):]],
@@ -216,19 +189,6 @@ def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, worke
 def _drain(run: RankRun):
     """What waits for this rank's queued device work: None on CPU."""
     return torch.cuda.synchronize if run.cuda else None
-
-
-def _has_turn(step: tuple[str, int], rank, options: DDPOptions) -> bool:
-    """Whether this rank has the turn of a solo or beside ``step`` (kind, index): it runs the
-    model's step, the others rest (solo) or run the stand-in (beside)."""
-    return solo_rank(step[1], options.grad_accum, rank.world_size) == rank.rank
-
-
-def _rest(run: RankRun) -> None:
-    """A solo or beside step of another rank: nothing but an empty place on the timeline (and
-    in the losses), so that every rank's n-th record is the n-th step of the schedule."""
-    run.timeline.begin()
-    run.losses.append(torch.zeros(()))
 
 
 def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20) -> None:

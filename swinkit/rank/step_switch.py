@@ -87,78 +87,20 @@ def sync_batch_norms(model) -> list:
     return [m for m in model.modules() if is_sync_batch_norm(m)]
 
 
-def schedule(warmup: int, iters: int, grad_accum: int, paired: bool,
-             solo: bool = False, beside: bool = False,
-             world_size: int = 1) -> list[tuple[str, int]]:
+def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:
     """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
     iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
-    (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind;
-    with ``solo`` a third kind comes between each DDP and local step: one rank alone, the
-    ranks taking turns (:func:`solo_rank`), the others idle (world size 1 inside the launch,
-    :func:`swinkit.rank.ddp.ddp_rank`). Not before a DDP step: a rank that idled a step starts
-    the next one slower (its caches went to the rank that ran), and the DDP steps are the ones
-    scored. With ``beside`` (and ``solo``) a fourth kind sits beside each solo step: the same
-    rank runs its model step while the others run the stand-in for the model's compute
-    (:mod:`swinkit.rank.stand_in`), so that how much the model's own step slows beside busy
-    neighbours is read against its solo step (:func:`runs_beside`). Whichever of the two comes
-    second starts with the rank's caches warm from the first, so the two swap places on each
-    rank's every other turn (``world_size`` ranks take turns). With ``solo`` an unmeasured
-    optimizer step of local iterations ("warm") comes before each measured local step: the
-    ranks whose turn it was not idled or ran the stand-in, and without it their local step
-    started cold (x1.015-1.084 of those after the rank's own turn, 6 rank-launches of `test`
-    at 2 ranks), inflating the components the paired oracle and its miss split are read from.
+    (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind.
     The index counts iterations of its kind (it decides which micro-batch synchronises).
 
-    >>> schedule(1, 2, 1, paired=True, solo=True)  # doctest: +NORMALIZE_WHITESPACE
-    [('ddp', 0), ('ddp', 1), ('solo', 0), ('warm', 0), ('local', 0), ('ddp', 2), ('solo', 1),
-     ('warm', 1), ('local', 1)]
-    >>> [k for k, _ in schedule(1, 4, 1, paired=True, solo=True, beside=True, world_size=2)
-    ...  if k in ("solo", "beside")]  # ranks 0, 1, then 0, 1 again the other way round
-    ['solo', 'beside', 'solo', 'beside', 'beside', 'solo', 'beside', 'solo']
+    >>> schedule(1, 2, 1, paired=True)
+    [('ddp', 0), ('ddp', 1), ('local', 0), ('ddp', 2), ('local', 1)]
     """
-    if solo and not paired:
-        raise ValueError("solo steps run in a paired launch only")
-    if beside and not solo:
-        raise ValueError("beside steps go with solo steps (solo=True)")
-    if solo and warmup < grad_accum:  # DDP's bucket rebuild, a broadcast over every rank
-        raise ValueError("solo steps need a warm-up of at least one optimizer step")
     if not paired:
         return [("main", i) for i in range(warmup + iters)]
     out = [("ddp", i) for i in range(warmup)]
-    kinds = ("local",)
-    if solo:
-        kinds = ("solo", "beside", "warm", "local") if beside else ("solo", "warm", "local")
     for step in range(iters // grad_accum):
         first = step * grad_accum
         out += [("ddp", warmup + first + p) for p in range(grad_accum)]
-        swapped = beside and (step // world_size) % 2  # this rank's every other turn
-        for kind in ("beside", "solo", "warm", "local") if swapped else kinds:
-            out += [(kind, first + p) for p in range(grad_accum)]
+        out += [("local", first + p) for p in range(grad_accum)]
     return out
-
-
-def runs_beside(device: str) -> bool:
-    """Whether a launch with solo steps also runs beside steps on ``device`` (the model's).
-    On CPU the stand-in and the model share the host's cores, caches and memory bandwidth,
-    and the ratio of the model's beside steps to its solo steps is how much the host's
-    sharing slows the model itself. Not on GPUs: there each rank computes on its own device,
-    and the stand-in is host work (its own reading there is 1).
-
-    >>> runs_beside("cpu"), runs_beside("cuda"), runs_beside("cuda:1")
-    (True, False, False)
-    """
-    return not device.startswith("cuda")
-
-
-def solo_rank(index: int, grad_accum: int, world_size: int) -> int:
-    """The rank that runs the solo iteration ``index`` (of :func:`schedule`) alone: the ranks
-    take turns by optimizer step. Each rank's own speed alone is then known, not only rank
-    0's: on a shared 2-core host one rank ran 2-15 % slower than the other for a whole
-    launch (where its process and memory landed), and the DDP steps wait for that rank; its
-    solo steps show it (rank against rank alone x0.92-1.11, in the DDP launch x0.89-1.11, the
-    same side every time over 7 `test` launches).
-
-    >>> [solo_rank(i, 2, 2) for i in range(6)]
-    [0, 0, 1, 1, 0, 0]
-    """
-    return (index // grad_accum) % world_size

@@ -124,7 +124,7 @@ def barrier_lines(launches: list[dict]) -> list[str]:
 def sharing_lines(launches: list[dict]) -> list[str]:
     """Per target size, each launch's compute slowdown by the shared host as predicted with
     beside the stand-in's own reading at that launch's last timing: how much the averaging
-    (or, in a launch that carries the run at 1, the model's own beside steps) moved it. Only from a basis at 1:
+    moved it. Only from a basis at 1:
     from more ranks the stand-in is not used (the basis's own compute already shares the
     host)."""
     out = []
@@ -137,9 +137,7 @@ def sharing_lines(launches: list[dict]) -> list[str]:
         if None in used or None in own:
             continue
         timings = 1 + len((launches[-1].get("timed_earlier") or {}).get(ws, []))
-        how = ("read from the model's own step in each launch, beside the stand-in against "
-               "alone" if all(row["targets"][ws].get("beside_slowdown") for row in launches)
-               else f"averaged over the launch's own {timings} timings")
+        how = f"averaged over the launch's own {timings} timings"
         out.append(f"compute slowed by the shared host at N={ws}, per launch: "
                    + ", ".join(f"x{x:.3f}" for x in used) + " (the stand-in's own reading at "
                    "each launch's last timing: " + ", ".join(f"x{x:.3f}" for x in own)

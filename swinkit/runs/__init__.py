@@ -2,7 +2,7 @@
 launching it on N ranks, and aggregating what the ranks measured; sweeps over world sizes.
 
     ddp_run.py       the DDP iteration on N ranks: phases, blame, straggler, DDP's timers
-    paired_parts.py  a paired launch's local, solo and beside steps read as runs
+    paired_parts.py  a paired launch's local steps read as a run; step times
     ddp_sweep.py     the DDP iteration across world sizes
     engine_spec.py   which engine runs the workload (ddp, deepspeed + ZeRO, dp, dp-vanilla)
     engine_run.py    the same workload under DeepSpeed / DataParallel, and their sweeps

@@ -47,8 +47,6 @@ def costs(run: dict) -> dict:
     warmup, k = run["warmup"], run["grad_accum"]
     comm = run["ranks"][0]["comm"]
     return {"world_size": run["world_size"], "grad_accum": k,
-            # solo steps: world size 1 in each of its ranks' places (paired_parts.solo_run)
-            "in_place": run.get("in_place", False),
             "contention": contention_rates(run["ranks"]),
             "ranks": [rank_costs(r, warmup, k) for r in run["ranks"]],
             "bucket_comm_s": comm["bucket_s"], "broadcast_s": comm["broadcast_s"],
@@ -103,14 +101,13 @@ def host_of(run: dict) -> Host:
                 loader_workers=run["loader_workers"], images_per_rank=run["images_per_rank"])
 
 
-def basis_of(run: dict, part: str = "local_run") -> dict:
+def basis_of(run: dict) -> dict:
     """What a prediction of other world sizes keeps of a paired run (torch-free, JSON): its
     component costs, the host's share of it, its buckets' bytes, and what the timings at a
     target size need (``probe``: the buckets' elements and dtype, the buffers' shapes, and the
-    backend, which decides the device the buckets are timed on). ``part``: "solo_run" for the
-    run at world size 1 made inside the launch (a ``solo`` spec's ranks, each alone in turn)."""
-    comm = run[part]["ranks"][0]["comm"]
-    return {"costs": costs(run[part]), "host": vars(host_of(run)),
+    backend, which decides the device the buckets are timed on)."""
+    comm = run["local_run"]["ranks"][0]["comm"]
+    return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
             "bucket_bytes": list(run["bucket_sizes_bytes"]),
             "probe": {"elements": comm["elements"], "dtype": comm["dtype"],
                       "backend": run["backend"],

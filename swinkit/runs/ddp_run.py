@@ -21,8 +21,7 @@ from swinkit.input_checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.bucket_spans import bucket_spans
 from swinkit.measure.phases import PHASES
-from swinkit.rank.step_switch import runs_beside
-from swinkit.runs.paired_parts import beside_slowdown, local_run, solo_run, step_times
+from swinkit.runs.paired_parts import local_run, step_times
 from swinkit.ddp_options import DDPOptions
 from swinkit.injection import Injection
 
@@ -50,12 +49,6 @@ class DDPRunSpec:
     # together (``out["local_run"]`` holds the components; see
     # swinkit.rank.step_switch.schedule)
     paired: bool = False
-    # with paired: one rank alone between each DDP and local step, the ranks taking turns, the
-    # others idle (world size 1 in each rank's place in this launch, ``out["solo_run"]``; a
-    # held-out prediction's basis sharing the host's moment); on CPU beside each solo step
-    # the same rank runs a step with the others running the stand-in
-    # (``out["beside_slowdown"]``: how much the host's sharing slows the model itself)
-    solo: bool = False
 
     def launch_config(self) -> LaunchConfig:
         """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
@@ -72,8 +65,6 @@ class DDPRunSpec:
         if self.local and self.paired:
             raise ValueError("local and paired exclude each other (paired runs local "
                              "iterations beside the DDP ones)")
-        if self.solo:
-            self._check_solo()
         if self.paired and self.bare:
             raise ValueError("paired needs the timeline (it is the components' measurement); "
                              "bare has none")
@@ -108,30 +99,9 @@ class DDPRunSpec:
             raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
                              f"workers 0 (got {workers}): workers load ahead, out of step with "
                              "the iterations")
-        if self.solo and self.injection.data_ms > 0 and workers > 0:
-            raise ValueError(f"--inject data_ms with solo steps needs loader workers "
-                             f"0 (got {workers}): the workers' copy of the injection cannot be "
-                             "switched off for the solo steps, which must stay clean")
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
         device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
         return load_config(self.preset, self.data_root, self.overrides, device=device), lc
-
-    def _check_solo(self):
-        """The solo steps' own refusals (the ranks alone in turn, between paired steps)."""
-        if not self.paired:
-            raise ValueError("solo steps run in a paired launch (paired=True) only")
-        if self.warmup < self.ddp.grad_accum:
-            # DDP regroups its buckets after the first synchronised backward with a broadcast
-            # over every rank: in a solo step only the rank alone would join it (a hang)
-            raise ValueError(f"solo steps need warmup ({self.warmup}) of at least one "
-                             f"optimizer step ({self.ddp.grad_accum} iterations): DDP's "
-                             "bucket rebuild must happen in a step of every rank")
-        if self.iters // self.ddp.grad_accum < self.world_size:
-            # the ranks take turns by optimizer step: each needs one, or its own speed alone
-            # is unknown and the run at 1 in its place is missing
-            raise ValueError(f"solo steps need iters ({self.iters}) of at least one optimizer "
-                             f"step per rank ({self.world_size} x {self.ddp.grad_accum} "
-                             "iterations): the ranks run alone in turn")
 
 
 def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
@@ -145,10 +115,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
                   trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
                   ddp_options=spec.ddp.to_dict(), local=spec.local)
     components = spec.local or spec.paired
-    beside = spec.solo and runs_beside(cfg.device)
     if components:
-        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired, solo=spec.solo,
-                      beside=beside)
+        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
     run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
                  quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
@@ -183,10 +151,6 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     out["clock"] = _clock_summary(ranks)
     if spec.paired:
         out["local_run"] = local_run(out, ranks, spec.ddp.grad_accum)
-    if spec.solo:
-        out["solo_run"] = solo_run(out, ranks, spec.ddp.grad_accum)
-    if beside:
-        out["beside_slowdown"] = beside_slowdown(ranks, spec.ddp.grad_accum)
     return out
 
 
