@@ -167,3 +167,20 @@ def test_imports_follow_the_layers():
     mods = modules()
     known = set(mods)
     assert layer_violations({m: imports_of(p, known) for m, p in mods.items()}) == []
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_the_ddp_loop_reads_top_to_bottom_on_the_shared_skeleton():
+    """``ddp_rank``: set up, each step of its plan on ``run_steps`` (as every engine's loop),
+    read out; at most 60 lines and 3 parameters (the rank, its spec, its plan): the modes live
+    in the plan, not in the loop's arguments."""
+    loop = _function(PACKAGE / "rank" / "ddp.py", "ddp_rank")
+    assert loop.end_lineno - loop.lineno + 1 <= 60
+    assert len(loop.args.args) + len(loop.args.kwonlyargs) <= 3 and not loop.args.kwarg
+    calls = {n.func.id for n in ast.walk(loop) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name)}
+    assert {"setup_rank", "run_steps", "read_out"} <= calls

@@ -378,19 +378,32 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
     assert set(costs(out)["contention"]) == {"compute_rate", "comm_rate"}
 
 
-def test_paired_schedule_alternates_whole_optimizer_steps():
-    from swinkit.rank.step_switch import schedule
-    # warm-up 2 DDP iterations, then steps of k=2 alternating, 4 iterations of each kind; the
-    # index counts its own kind, so the second micro-batch of each step (odd index) syncs
-    assert schedule(2, 4, 2, paired=True) == [
+def test_paired_plan_alternates_whole_optimizer_steps_and_lines_up_between_kinds():
+    """The plan of a paired launch (the schedule of step kinds is a value now,
+    :class:`~swinkit.rank.plan.StepPlan`): warm-up 2 DDP iterations, then steps of k=2
+    alternating, 4 iterations of each kind; the index counts its own kind, so the second
+    micro-batch of each step (odd index) syncs. The ranks line up before every measured
+    optimizer step of either kind, never inside one, never in the warm-up."""
+    from swinkit.rank.plan import DDP, LOCAL, StepPlan
+    plan = StepPlan.paired(2, 4, 2)
+    assert plan.kinds() == [
         ("ddp", 0), ("ddp", 1), ("ddp", 2), ("ddp", 3), ("local", 0), ("local", 1),
         ("ddp", 4), ("ddp", 5), ("local", 2), ("local", 3)]
-    assert schedule(1, 2, 1, paired=True) == [("ddp", 0), ("ddp", 1), ("local", 0), ("ddp", 2),
-                                              ("local", 1)]
-    assert schedule(1, 2, 1, paired=False) == [("main", 0), ("main", 1), ("main", 2)]
+    assert sorted(plan.line_up) == [2, 4, 6, 8]
+    assert (plan.main, plan.apart) == ("ddp", ("local",))
+    assert StepPlan.paired(1, 2, 1).kinds() == [("ddp", 0), ("ddp", 1), ("local", 0),
+                                                ("ddp", 2), ("local", 1)]
+    # a plain run: one kind, nothing lined up or read apart; a component run: all local
+    plain = StepPlan.plain(1, 2)
+    assert plain.kinds() == [("ddp", 0), ("ddp", 1), ("ddp", 2)]
+    assert (plain.line_up, plain.apart) == (frozenset(), ())
+    local = StepPlan.plain(1, 2, LOCAL)
+    assert {k.name for k, _ in local.steps} == {"local"} and local.main == "local"
+    # what each kind switches: local steps over the group of one, meeting where DDP would
+    assert (DDP.local, DDP.meets, LOCAL.local, LOCAL.meets) == (False, False, True, True)
     # every measured local step follows a DDP step, in which every rank ran the model
-    order = schedule(1, 7, 1, paired=True)
-    assert {order[n - 1][0] for n, (k, _) in enumerate(order) if k == "local"} == {"ddp"}
+    kinds = StepPlan.paired(1, 7, 1).kinds()
+    assert {kinds[n - 1][0] for n, (k, _) in enumerate(kinds) if k == "local"} == {"ddp"}
 
 
 def test_building_the_stand_in_leaves_the_global_random_stream_alone():

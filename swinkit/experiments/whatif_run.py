@@ -9,7 +9,7 @@ written, before any remedy's DDP run starts; then the runs measure what the reme
 A launch here can run 10-40 % faster or slower than another of the same configuration (where
 its memory and threads landed, what else the machine ran), so a prediction from one launch
 held to another's run mixes the oracle's error with that. The runs are therefore paired
-(:func:`swinkit.rank.step_switch.schedule`): each also measures its own components, and
+(:class:`swinkit.rank.plan.StepPlan`): each also measures its own components, and
 the oracle predicts the run again from those (``in_launch_predicted_iter_s``), never having
 seen its DDP steps. Where the prediction written beforehand misses and the in-launch one holds,
 the miss was the launches', and the report says so.

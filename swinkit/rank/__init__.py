@@ -3,9 +3,12 @@ they put on their timeline. Nothing here launches a process or reads another ran
 
     skeleton.py           the course every rank loop shares: measured window, clock reads,
                           the result fields all engines agree on
-    ddp.py                the instrumented DDP iteration (the loop)
-    ddp_setup.py          what a DDP rank builds before its loop
-    step_switch.py        a paired launch: DDP and local steps of one model in one launch
+    ddp.py                the instrumented DDP iteration (the loop: set up, each step of
+                          its plan, read out)
+    ddp_setup.py          what a DDP rank builds before its loop, from its run spec
+    ddp_readout.py        what a DDP rank returns: its plan's steps read out by kind
+    plan.py               the step plan as a value: step kinds, line-ups, switches, read-outs
+    step_switch.py        a paired launch's switch: DDP and local steps of one model
     stand_in.py           a Swin block's kinds of work standing in for the model's compute
     meet.py               local steps that meet where DDP would hold the ranks
     rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop

@@ -31,39 +31,46 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from swinkit.measure.contention import CommLoad, rates
+from swinkit.measure.contention import MIN_ROUNDS, CommLoad, rates
 from swinkit.measure.ddp_hooks import bucket_sizes_bytes
 from swinkit.measure.timeline import phase_durations
 from swinkit.rank.collective_timing import time_collectives
 from swinkit.rank.ddp import ddp_rank
+from swinkit.rank.delays import GATE
 from swinkit.rank.devices import rank_device
+from swinkit.rank.plan import StepPlan
+from swinkit.rank.rank_clocks import all_agree
+from swinkit.run_spec import RunSpec
 
 POWERSGD_MIN_COMPRESSION_RATE = 2  # torch's PowerSGDState default, which swinkit keeps
 
 
-def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwargs) -> dict:
-    """Rank entry: the local training loop (``ddp_rank(local=True)``), a few more iterations
-    of it with the collectives it left out running beside it (``contention``: how much the two
-    slow each other, :mod:`swinkit.measure.contention`), then the collectives alone, timed on
-    the real N-rank group. ``comm_scale``: an injected slower link (each collective moves that
-    many times its bytes)."""
-    options = kwargs.get("ddp_options") or {}
+def component_rank(rank, spec: RunSpec | dict) -> dict:
+    """Rank entry of a local or paired ``spec``: its DDP loop (:func:`ddp_rank`: local steps,
+    or DDP and local steps alternating), at N > 1 a few more iterations of it with the
+    collectives it left out running beside it (how much the two slow each other, the plan's
+    :class:`ContentionTail`), then the collectives alone, timed on the real N-rank group. An
+    injected slower link (``comm_scale``) times each collective with that many times its
+    bytes."""
+    spec = RunSpec.of(spec)
+    options = spec.ddp
     device = rank_device(dist.get_backend(), rank.local_rank)
 
     def payloads(bucket_sizes_bytes, shapes):
-        sizes, dtype = bucket_payloads(bucket_sizes_bytes, shapes, options.get("comm_hook"),
-                                       options.get("powersgd_rank", 1))
-        return [[int(n * comm_scale) for n in bucket] for bucket in sizes], dtype
+        sizes, dtype = bucket_payloads(bucket_sizes_bytes, shapes, options.comm_hook,
+                                       options.powersgd_rank)
+        scale = spec.injection.comm_scale
+        return [[int(n * scale) for n in bucket] for bucket in sizes], dtype
 
     def comm_load(run):
         shapes = getattr(run.buckets and run.buckets.launcher, "shapes", None)
         return CommLoad(*payloads(bucket_sizes_bytes(run.ddp), shapes), device)
 
-    kwargs["local"] = not kwargs.get("paired")
-    with_load = contention and rank.world_size > 1  # one rank: the 'all-reduce' is a copy
-    result = ddp_rank(rank, comm_load=comm_load if with_load else None, **kwargs)
+    # one rank: the 'all-reduce' is a copy, nothing to contend with
+    tail = ContentionTail(comm_load) if rank.world_size > 1 else None
+    result = ddp_rank(rank, spec, StepPlan.for_spec(spec, tail))
     sizes, dtype = payloads(result["bucket_sizes_bytes"], result.get("bucket_shapes"))
-    broadcast = options.get("broadcast_buffers", True) and result["buffer_bytes"]
+    broadcast = options.broadcast_buffers and result["buffer_bytes"]
     same_host = result["clock"]["same_host"]  # the run already asked every rank's host
     result["comm"] = {
         # cold: as DDP meets them, right after compute (the replay's durations); hot: back
@@ -84,6 +91,44 @@ def component_rank(rank, comm_scale: float = 1.0, contention: bool = True, **kwa
         result["contention"] = rates(alone, loaded["backward_loaded_s"],
                                      sum(result["comm"]["bucket_hot_s"]), loaded["rounds_loaded_s"])
     return result
+
+
+class ContentionTail:
+    """A component run's tail (:class:`~swinkit.rank.plan.Tail`): training iterations,
+    communicating nothing, while a :class:`~swinkit.measure.contention.CommLoad` (``make_load``
+    of the run) all-reduces the run's own bucket payloads beside them, until it has timed
+    enough rounds (at least 3 iterations, at most ``max_iters``). No meetings beside the load:
+    the ranks may run different numbers of these iterations (each stops when its own thread
+    has timed enough rounds and every rank agrees)."""
+
+    def __init__(self, make_load, max_iters: int = 20):
+        self.make_load, self.max_iters = make_load, max_iters
+        self.load: CommLoad | None = None
+
+    def run(self, run, rank, step, first: int) -> None:
+        self.load = load = self.make_load(run)
+        run.switch and run.switch.use(local=True)
+        run.meet = None
+        dist.barrier()  # every rank's load starts together
+        GATE.iteration = None  # no measured iteration's: not filed as one
+        load.start()
+        it = first
+        while True:
+            rank.heartbeat(it)
+            step(it)
+            it += 1
+            enough = not load.is_alive() or (it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2)
+            if all_agree(enough or it - first >= self.max_iters, run.control):
+                break
+        load.finish()
+        load.join_or_raise(timeout_s=600)
+        run.timeline.enabled and run.timeline.end()
+
+    def read(self, iterations: list[dict]) -> dict:
+        """Backward's seconds in each loaded iteration, and the load's rounds."""
+        return {"contention": {"backward_loaded_s": [phase_durations(it)["backward"]
+                                                     for it in iterations],
+                               "rounds_loaded_s": self.load.rounds}}
 
 
 def buffer_broadcast(result: dict, device, rank, same_host: bool) -> dict:

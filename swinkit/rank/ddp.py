@@ -11,30 +11,97 @@ Each iteration, in the order it runs (phases in :mod:`swinkit.measure.phases`)::
 
 Every boundary and every collective goes on this rank's :class:`~swinkit.measure.timeline.Timeline`
 (CUDA events on GPU, read after the run; perf_counter on CPU), so the ranks' timelines can be
-laid side by side and each wait blamed on its cause. ``bare=True`` runs the same loop on a null
-clock: no marks, hooks or DDP timers, one clock read per iteration (to measure what the
-instrumentation costs).
+laid side by side and each wait blamed on its cause. A bare run (``spec.bare``) runs the same
+loop on a null clock: no marks, hooks or DDP timers, one clock read per iteration (to measure
+what the instrumentation costs).
+
+Which steps run, and what switches between them, is the rank's
+:class:`~swinkit.rank.plan.StepPlan` (a plain run: DDP steps only); the loop reads top to
+bottom on the skeleton every engine shares (:func:`~swinkit.rank.skeleton.run_steps`): set up,
+each step of the plan, read out (:mod:`swinkit.rank.ddp_readout`).
 """
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
-from swinkit.injection import Injection
 from swinkit.measure import ddp_hooks, memory
 from swinkit.measure.phases import PHASES  # noqa: F401  also imported from here by benchmarks/
-from swinkit.measure.timeline import phase_durations
-from swinkit.ddp_options import DDPOptions
+from swinkit.rank.ddp_readout import Usage, read_out
 from swinkit.rank.ddp_setup import RankRun, setup_rank
-from swinkit.rank.delays import GATE, per_iteration
+from swinkit.rank.delays import GATE
 from swinkit.rank.errors import out_of_memory_named
-from swinkit.rank.step_switch import schedule, sync_batch_norms
-from swinkit.rank.skeleton import Window, cuda_peaks, drained_now, identity, timeline_fields
-from swinkit.rank.rank_clocks import all_agree, clock_drift, clock_offsets
+from swinkit.rank.plan import StepPlan
+from swinkit.rank.rank_clocks import clock_drift, clock_offsets
+from swinkit.rank.skeleton import Window, cuda_peaks, drained_now, run_steps
+from swinkit.run_spec import RunSpec
+
+
+def ddp_rank(rank, spec: RunSpec | dict, plan: StepPlan | None = None) -> dict:
+    """Run ``spec``'s DDP training iterations on this rank, step by step as ``plan`` orders
+    them (default: the plan ``spec`` asks for); return its measurements.
+
+    Args:
+        rank: the launch's handle (:class:`swinkit.launch.rank.Rank`): rank, world size,
+            heartbeat.
+        spec: a :class:`~swinkit.run_spec.RunSpec`, or its dict as it crossed the process
+            hop (``job.json``).
+        plan: the steps and what switches between them (:class:`StepPlan`); the component
+            run passes its own, with the contention load as its tail.
+    """
+    spec = RunSpec.of(spec)
+    plan = plan or StepPlan.for_spec(spec)
+    run = setup_rank(rank, spec)
+    clocks = clock_offsets(rank, run.control)
+    profiler = _trace_context(spec.trace_dir, rank.rank, plan.warmup, spec.iters)
+    window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
+
+    def step(n: int) -> None:
+        _step(run, plan.steps[n][1])
+        run.stats and run.stats.poll()
+        profiler and profiler.step()
+    with out_of_memory_named(rank.rank, run.cfg):
+        profiler and profiler.start()
+        starts = run_steps(rank, len(plan), plan.warmup, step, window,
+                           before=lambda n: _switch(run, plan, n), drain=_drain(run))
+        run.timeline.enabled and run.timeline.end()  # what follows is in no measured step
+        cpu, gpu = window.stop()
+        usage = Usage(cpu, gpu, memory.peak_memory(run.cuda, run.memory_baseline))
+        if plan.tail:
+            plan.tail.run(run, rank, lambda it: _step(run, it), len(plan))
+        profiler and profiler.stop()
+    clocks = clock_drift(rank, run.control, clocks)
+    GATE.iteration = None
+    return read_out(run, rank, plan, starts, clocks, usage)
+
+
+def _switch(run: RankRun, plan: StepPlan, n: int) -> None:
+    """Before step ``n``, outside it: the injection gate for its index, the ranks lined up
+    where the plan changes kind, and its kind's switches (DDP or local collectives; meeting)."""
+    kind, it = plan.steps[n]
+    GATE.on = run.injection.on_iteration(it)
+    GATE.iteration = n  # what each measured injection is filed under
+    run.injected.append(GATE.on and run.injection.active)  # this rank's own injection
+    if n in plan.line_up:
+        # the same n on every rank: the ranks leave one kind of step at different times, so
+        # they line up outside any step, or the next would wait for a skew no run of its
+        # kind has
+        run.timeline.end()  # on GPU its end event queues behind the step's kernels
+        if n:  # the host's clock read once those kernels are done, as at the loop's end
+            run.cut[n - 1] = drained_now(_drain(run))
+        dist.barrier()
+        run.timeline.clock.anchor()  # outside any step: re-map GPU events
+    if run.switch:
+        run.switch.use(local=kind.local)
+    if run.meet:
+        run.meet.on = kind.meets
+
+
+def _drain(run: RankRun):
+    """What waits for this rank's queued device work: None on CPU."""
+    return torch.cuda.synchronize if run.cuda else None
 
 
 def _step(run: RankRun, it: int) -> None:
@@ -82,168 +149,3 @@ def _trace_context(trace_dir, rank, warmup, iters):
     return profile(activities=activities,
                    schedule=schedule(wait=0, warmup=warmup, active=min(iters, 5), repeat=1),
                    on_trace_ready=tensorboard_trace_handler(trace_dir, worker_name=f"rank{rank}"))
-
-
-def ddp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3, workers: int | None = None,
-             inject: dict | None = None, data_root: str | None = None, overrides: dict | None = None,
-             device: str | None = None, trace_dir: str | None = None, bare: bool = False,
-             seed: int = 0, ddp_timers: bool | None = None, ddp_options: dict | None = None,
-             local: bool = False, comm_load=None, paired: bool = False) -> dict:
-    """Run ``warmup + iters`` DDP training iterations on this rank; return its measurements.
-
-    Args:
-        ddp_timers: sample DDP's own reducer timers for the cross-check (default: on CPU only,
-            since on GPU the sampling synchronises inside the step).
-        ddp_options: :class:`~swinkit.ddp_options.DDPOptions` fields.
-        local: communicate nothing (see :func:`~swinkit.rank.ddp_setup.setup_rank`); the component measurement.
-        comm_load: with ``local``, ``comm_load(run)`` returns a
-            :class:`~swinkit.measure.contention.CommLoad`; after the measured iterations the
-            loop runs a few more with it all-reducing beside them (``result["contention"]``).
-        paired: after ``warmup``, alternate optimizer steps of DDP and local iterations
-            (:func:`schedule`), ``iters`` of each; the result is the DDP iterations', with the
-            local ones in ``result["local"]`` (timeline, iteration, loss).
-    """
-    # Long: a rank's whole run in the order it happens (set-up, warm-up, measured steps with
-    # the paired launch's switches, read-out); the parts every engine shares are in skeleton.py.
-    if local and paired:
-        raise ValueError("local and paired exclude each other")
-    # what this rank receives: each --inject spec keeps its own ranks
-    injection = Injection.from_dict(inject).for_rank(rank.rank)
-    options = DDPOptions.from_dict(ddp_options)
-    run = setup_rank(rank, preset, data_root, overrides, device, workers, injection, seed, bare,
-                 ddp_timers, options, local, paired)
-    clocks = clock_offsets(rank, run.control)
-    profiler = _trace_context(trace_dir, rank.rank, warmup, iters)
-    profiler and profiler.start()
-    order = schedule(warmup, iters, options.grad_accum, paired)
-    switch = run.buckets.launcher if paired else None
-    window = Window(run.cpu, run.nvml, cuda_peaks(run.cuda))  # as every engine's loop
-    with out_of_memory_named(rank.rank, run.cfg):
-        for n, (kind, it) in enumerate(order):
-            if n == warmup:
-                window.start()
-            rank.heartbeat(n)  # a small file write: lands in the previous iteration's tail
-            GATE.on = injection.on_iteration(it)
-            GATE.iteration = n  # what each measured injection is filed under
-            run.injected.append(GATE.on and injection.active)  # this rank's own injection
-            if switch and n >= warmup and (n == warmup or order[n - 1][0] != kind):
-                # before every measured optimizer step (the same n on every rank): the ranks
-                # leave their local steps at different times, so line them up outside any
-                # iteration, or the DDP step would wait for a skew no DDP run has. Before the
-                # local steps too, so that both kinds start from the same state (with a
-                # barrier before the DDP steps only, they loaded ~1 ms slower)
-                run.timeline.end()  # on GPU its end event queues behind the step's kernels
-                if n:  # the host's clock read once those kernels are done, as at the loop's end
-                    run.cut[n - 1] = drained_now(_drain(run))
-                dist.barrier()
-                run.timeline.clock.anchor()  # outside any iteration: re-map GPU events
-            switch and switch.use(local=kind != "ddp")
-            if switch and run.meet:
-                run.meet.on = kind == "local"
-            run.starts.append(time.perf_counter())
-            _step(run, it)
-            run.stats and run.stats.poll()
-            profiler and profiler.step()
-        # the last iteration's kernels, before its end is read (the bare loop's clock)
-        run.starts.append(drained_now(_drain(run)))
-        run.timeline.enabled and run.timeline.end()  # what follows is in no measured iteration
-        cpu, gpu = window.stop()
-        peak = memory.peak_memory(run.cuda, run.memory_baseline)
-        load = comm_load(run) if comm_load is not None else None
-        if load is not None:
-            switch and switch.use(local=True)
-            # no meetings beside the load: the ranks may run different numbers of these
-            # iterations (each stops when its own thread has timed enough rounds)
-            run.meet = None
-            _beside_comm_load(run, rank, load, first=len(order))
-        run.timeline.enabled and run.timeline.end()
-    profiler and profiler.stop()
-    clocks = clock_drift(rank, run.control, clocks)
-    GATE.iteration = None
-    # once, after the run: reading a CUDA delay's events waits for them
-    measured = {name: delay.take_measured() for name, delay in run.delays.items()}
-    main = [n for n, (kind, _) in enumerate(order) if kind in ("main", "ddp")]
-    result = _result(run, rank, main, warmup, clocks, cpu, gpu, peak)
-    # seconds actually injected per measured iteration (the ground truth recovery is held to)
-    result["injected_s"] = {name: per_iteration(m, main[warmup:]) for name, m in measured.items()}
-    # and per injected call (a forward; a bucket's launch): what one requested delay became
-    result["injected_call_s"] = {name: statistics.median(s for _, s in m) if m else None
-                                 for name, m in measured.items()}
-    resolved = (run.timeline.resolve(clocks["applied"])
-                if run.timeline.enabled and (paired or load is not None) else [])
-    for kind in ("local",) if paired else ():
-        its = [n for n, (k, _) in enumerate(order) if k == kind]
-        if its:
-            result[kind] = {"timeline": [resolved[n] for n in its],
-                            "iteration": [sum(phase_durations(resolved[n]).values()) for n in its],
-                            "loss": [float(run.losses[n]) for n in its],
-                            "injected_s": {name: per_iteration(m, its)
-                                           for name, m in measured.items()}}
-    if load is not None:
-        result["contention"] = {"backward_loaded_s": [phase_durations(it)["backward"]
-                                                      for it in resolved[len(order):]],
-                                "rounds_loaded_s": load.rounds}
-    return result
-
-
-def _drain(run: RankRun):
-    """What waits for this rank's queued device work: None on CPU."""
-    return torch.cuda.synchronize if run.cuda else None
-
-
-def _beside_comm_load(run: RankRun, rank, load, first: int, max_iters: int = 20) -> None:
-    """Training iterations (communicating nothing) while ``load`` all-reduces beside them,
-    until it has timed enough rounds (at least 3 iterations, at most ``max_iters``)."""
-    from swinkit.measure.contention import MIN_ROUNDS
-
-    dist.barrier()  # every rank's load starts together
-    GATE.iteration = None  # no main iteration's: not filed as one
-    load.start()
-    it = first
-    while True:
-        rank.heartbeat(it)
-        _step(run, it)
-        it += 1
-        enough = not load.is_alive() or (it - first >= 3 and len(load.rounds) >= MIN_ROUNDS + 2)
-        if all_agree(enough or it - first >= max_iters, run.control):
-            break
-    load.finish()
-    load.join_or_raise(timeout_s=600)
-
-
-def _result(run: RankRun, rank, positions: list[int], warmup: int, clocks: dict, cpu: dict,
-            gpu: dict | None, peak_memory: dict) -> dict:
-    """The results of the iterations run at ``positions`` (the first ``warmup`` of them are the
-    warm-up); the others (local ones of a paired run, the contention loop's) are left out."""
-    kept = positions[warmup:]
-    result = {
-        **identity(rank, str(next(run.model.parameters()).device), run.losses, kept, warmup,
-                   run.loader.num_workers),
-        "cpu": cpu, "gpu": gpu,
-        "memory": peak_memory,
-        "bucket_sizes_bytes": ddp_hooks.bucket_sizes_bytes(run.ddp),
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in run.model.buffers()),
-        "buffer_shapes": [[list(b.shape), str(b.dtype).replace("torch.", "")]
-                          for b in run.model.buffers()],
-        "bucket_shapes": getattr(run.buckets and run.buckets.launcher, "shapes", None),
-        "skipped_samples": run.skipped,
-        "clock": {k: v for k, v in clocks.items() if k != "applied"},
-        "sync_bn_channels": [m.num_features for m in sync_batch_norms(run.model)],
-        "injected": [run.injected[n] for n in kept],
-    }
-    # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
-    # an independent check of the timeline's iteration times.
-    result["loop_iteration"] = [run.cut.get(n, run.starts[n + 1]) - run.starts[n] for n in kept]
-    if not run.timeline.enabled:
-        result["iteration"] = result["loop_iteration"]
-        return result
-    resolved = run.timeline.resolve(clocks["applied"])
-    timeline = [resolved[n] for n in positions]
-    result["clock"]["kind"] = run.timeline.clock.name
-    # what the GPU event-to-host mapping may be off by (0 on the host clock), beside the
-    # cross-host offsets' error: together blame's resolution
-    result["clock"]["alignment_error_s"] = run.timeline.clock.error_s()
-    result.update(timeline_fields(timeline, warmup))
-    result["ddp_timers"] = ([run.stats.per_iteration.get(n) for n in kept]
-                            if run.stats else None)
-    return result

@@ -22,10 +22,12 @@ from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.ddp_options import DDPOptions
 from swinkit.rank.delays import MeasuredDelay
+from swinkit.rank.devices import rank_device
 from swinkit.rank.inject import (add_backward_delay, add_compute_delay, add_data_delay,
                                  add_optimizer_delay, comm_launcher)
 from swinkit.rank.meet import Meet
 from swinkit.rank.step_switch import Switch, sync_batch_norms
+from swinkit.run_spec import RunSpec
 
 
 @dataclass
@@ -44,11 +46,12 @@ class RankRun:
     buffers: ddp_hooks.ModuleCollective | None
     stats: ddp_hooks.DDPStats | None
     options: DDPOptions = field(default_factory=DDPOptions)
+    injection: Injection = field(default_factory=Injection)  # what this rank receives
+    switch: Switch | None = None  # a paired run's DDP/local switch
     memory_baseline: int = 0
     cpu: CpuUsage = field(default_factory=CpuUsage)
     nvml: NvmlSampler | None = None
     losses: list = field(default_factory=list)
-    starts: list = field(default_factory=list)
     # iteration index -> when it ended early: at a paired run's barrier, which is in no
     # iteration (else the next start ends it)
     cut: dict = field(default_factory=dict)
@@ -64,54 +67,48 @@ class RankRun:
     delays: dict = field(default_factory=dict)
 
 
-def setup_rank(rank, preset, data_root, overrides, device, workers, injection: Injection, seed,
-           bare: bool, ddp_timers: bool | None, options: DDPOptions, local: bool,
-           paired: bool = False) -> RankRun:
-    """``local``: DDP over this rank alone with a hook that communicates nothing (the component
-    measurement: DDP's bucketing, hooks and buffer sync, with nothing sent to another rank). ``paired``: DDP
-    over every rank whose hook and buffer broadcast can be switched to the local ones
-    (:class:`Switch`)."""
+def setup_rank(rank, spec: RunSpec) -> RankRun:
+    """Everything ``spec`` asks this rank's loop for. ``spec.local``: DDP over this rank alone
+    with a hook that communicates nothing (the component measurement: DDP's bucketing, hooks
+    and buffer sync, with nothing sent to another rank). ``spec.paired``: DDP over every rank
+    whose hook and buffer broadcast can be switched to the local ones (:class:`Switch`). The
+    device is the backend's (gloo ranks run on CPU whatever the preset says)."""
     # Long: every object the loop touches, built in the order DDP needs them (model, groups,
     # DDP, hooks, optimizer, loader); split, they would be passed around in a long tuple.
-    cfg = load_config(preset, data_root, overrides, device=device)
-    cuda = cfg.device == "cuda"
-    dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
+    dev = rank_device(dist.get_backend(), rank.local_rank)
+    cfg = load_config(spec.preset, spec.data_root, spec.overrides, device=dev.type)
+    cuda, options, bare = dev.type == "cuda", spec.ddp, spec.bare
+    injection = spec.injection.for_rank(rank.rank)  # each --inject spec keeps its own ranks
     add_data_delay(cfg, injection, rank.rank)
     # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
     # run with loader workers 0 (augmenting in this process) is reproducible too.
-    np.random.seed(seed + rank.rank)
-    random.seed(seed + rank.rank)
+    np.random.seed(spec.seed + rank.rank)
+    random.seed(spec.seed + rank.rank)
     memory_baseline = memory.rss_bytes()
-    torch.manual_seed(seed)  # identical initial weights on every rank
+    torch.manual_seed(spec.seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
     compute_delay = add_compute_delay(model, injection, rank.rank, cuda)
     backward_delay = add_backward_delay(model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.
     singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
-                 if local or paired else None)
-    alone = singleton if local else None
+                 if spec.local or spec.paired else None)
+    alone = singleton if spec.local else None
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None,
                                   process_group=alone, **options.ddp_kwargs())
     timeline = Timeline(make_clock(cuda, enabled=not bare))
     # Locally the hook still runs (a compression hook's casts are compute), over the group of
     # one; an injected comm delay belongs to the collective, so it is not in the local run.
-    launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, local)
-                if local else comm_launcher(injection, rank.rank, cuda))
+    launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, True)
+                if spec.local else comm_launcher(injection, rank.rank, cuda))
     delays = {name: d for name, d in (("compute", compute_delay), ("backward", backward_delay),
                                       ("comm", launcher)) if isinstance(d, MeasuredDelay)}
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
-    if local:  # SyncBN over the group of one too: plain batch norm, nothing sent
+    if spec.local:  # SyncBN over the group of one too: plain batch norm, nothing sent
         for module in sync_batch_norms(model):
             module.process_group = alone
-    if paired:
-        launcher = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
-        launcher.route_buffer_broadcast(ddp)
-        launcher.route_sync_batch_norm(model)
-        # NCCL makes a group's communicator on its first collective: here, not inside the
-        # first measured local forward
-        dist._broadcast_coalesced(singleton, [torch.zeros(1, device=dev)], 1 << 20, 0)
-        ddp_timers = False  # DDP's running averages would mix both kinds of iteration
+    switch = _paired_switch(ddp, model, launcher, singleton, options, dev) if spec.paired else None
+    launcher = switch or launcher
     buckets = None
     if not bare or launcher is not None:  # an injected launcher must run in the bare loop too
         buckets = ddp_hooks.BucketRecorder(timeline, process_group=alone,
@@ -120,17 +117,33 @@ def setup_rank(rank, preset, data_root, overrides, device, workers, injection: I
     buffers = None if bare else ddp_hooks.record_buffer_broadcast(timeline, ddp)
     if not bare:  # SyncBN's collectives (GPU presets, or cpu_sync_bn)
         sync_bn.record_module_collectives(timeline, model)
-    # DDP's runtime sampling synchronises on CUDA events every forward: on GPU only on request.
-    want_timers = (not cuda) if ddp_timers is None else ddp_timers
-    stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare else None
+    # DDP's runtime sampling synchronises on CUDA events every forward: on GPU only on
+    # request; never in a paired run, whose running averages would mix both kinds of step.
+    want_timers = (not cuda) if spec.ddp_timers is None else spec.ddp_timers
+    stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare and not spec.paired else None
     optim, schedulers = build_optimizer(cfg, model)
     optimizer_delay = add_optimizer_delay(optim, injection, rank.rank, cuda)
     if optimizer_delay is not None:
         delays["optimizer"] = optimizer_delay
-    loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
-                          seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
-    meet = Meet(dev, on=local) if (local or paired) and rank.world_size > 1 else None
+    loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=spec.workers,
+                          seed=spec.seed,
+                          timeout_s=120 if (spec.workers or cfg.loader_workers) else 0)
+    meet = (Meet(dev, on=spec.local) if (spec.local or spec.paired) and rank.world_size > 1
+            else None)
     return RankRun(cfg, cuda, model, ddp, optim, schedulers, loader, batches(loader), timeline,
-                   buckets, buffers, stats, options=options, memory_baseline=memory_baseline,
+                   buckets, buffers, stats, options=options, injection=injection, switch=switch,
+                   memory_baseline=memory_baseline,
                    nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet,
                    control=dist.new_group(backend="gloo"), delays=delays)
+
+
+def _paired_switch(ddp, model, launcher, singleton, options: DDPOptions, dev) -> Switch:
+    """A paired run's switch between its DDP and local steps, routing the buffer broadcast
+    and SyncBN with the buckets."""
+    switch = Switch.for_options(launcher or ddp_hooks.plain_launch, singleton, options)
+    switch.route_buffer_broadcast(ddp)
+    switch.route_sync_batch_norm(model)
+    # NCCL makes a group's communicator on its first collective: here, not inside the
+    # first measured local forward
+    dist._broadcast_coalesced(singleton, [torch.zeros(1, device=dev)], 1 << 20, 0)
+    return switch

@@ -3,10 +3,11 @@
 Launches of one configuration here ran up to 10 % apart (where a launch's memory and threads
 landed, what else the machine ran then), so components measured in one launch and a DDP run in
 another cannot be held to each other closer than that. A paired launch alternates optimizer
-steps of real DDP and *local* steps in one process per rank: :func:`schedule` orders them and
-:class:`Switch`, DDP's comm hook, sends each step's buckets over the run's group or over the
-rank's own group of one (the local steps' communication is left out; the oracle puts it back).
-Where DDP would make the ranks meet, the local steps meet too (:mod:`swinkit.rank.meet`).
+steps of real DDP and *local* steps in one process per rank (their order:
+:class:`swinkit.rank.plan.StepPlan`); :class:`Switch`, DDP's comm hook, sends each step's
+buckets over the run's group or over the rank's own group of one (the local steps'
+communication is left out; the oracle puts it back). Where DDP would make the ranks meet, the
+local steps meet too (:mod:`swinkit.rank.meet`).
 """
 from __future__ import annotations
 
@@ -85,22 +86,3 @@ class Switch:
 def sync_batch_norms(model) -> list:
     """The model's SyncBatchNorm modules (torch's, and its CPU stand-in)."""
     return [m for m in model.modules() if is_sync_batch_norm(m)]
-
-
-def schedule(warmup: int, iters: int, grad_accum: int, paired: bool) -> list[tuple[str, int]]:
-    """(kind, index) of every iteration in the order it runs. Unpaired: ``warmup + iters``
-    iterations of one kind ("main"). Paired: ``warmup`` DDP iterations, then optimizer steps
-    (``grad_accum`` iterations each) alternating between DDP and local, ``iters`` of each kind.
-    The index counts iterations of its kind (it decides which micro-batch synchronises).
-
-    >>> schedule(1, 2, 1, paired=True)
-    [('ddp', 0), ('ddp', 1), ('local', 0), ('ddp', 2), ('local', 1)]
-    """
-    if not paired:
-        return [("main", i) for i in range(warmup + iters)]
-    out = [("ddp", i) for i in range(warmup)]
-    for step in range(iters // grad_accum):
-        first = step * grad_accum
-        out += [("ddp", warmup + first + p) for p in range(grad_accum)]
-        out += [("local", first + p) for p in range(grad_accum)]
-    return out

@@ -7,7 +7,7 @@ import dataclasses
 import os
 import platform
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -17,38 +17,28 @@ from swinkit.launch import LaunchConfig, launch
 from swinkit.attribution.blame import annotate
 from swinkit.attribution.blame import resolution as blame_resolution
 from swinkit.attribution.blame_of_run import blame_figures
-from swinkit.input_checks import check_int
 from swinkit.measure.aggregate import aggregate_phases, cross_check
 from swinkit.measure.bucket_spans import bucket_spans
 from swinkit.measure.phases import PHASES
 from swinkit.runs.paired_parts import local_run, step_times
-from swinkit.ddp_options import DDPOptions
-from swinkit.injection import Injection
+from swinkit.precision import DEFAULT as DEFAULT_PRECISION, check_precision
+from swinkit.run_spec import RunSpec
 
 ENTRY = "swinkit.rank.ddp:ddp_rank"
-COMPONENT_ENTRY = "swinkit.rank.components:component_rank"  # for ``local`` specs
+COMPONENT_ENTRY = "swinkit.rank.components:component_rank"  # local and paired specs
 
 
 @dataclass(frozen=True)
-class DDPRunSpec:
-    preset: str = "test"
+class DDPRunSpec(RunSpec):
+    """A :class:`~swinkit.run_spec.RunSpec` and how to launch it: the supervisor's spec.
+
+    Attributes:
+        world_size: ranks per node.
+        launch: the launch's settings (backend, timeouts, nodes, threads per rank, ...); its
+            own ranks per node are this spec's.
+    """
     world_size: int = 2
-    iters: int = 10
-    warmup: int = 3
-    workers: int | None = None
-    injection: Injection = field(default_factory=Injection)
-    data_root: str | None = None
-    overrides: dict = field(default_factory=dict)
-    trace_dir: str | None = None
-    bare: bool = False
     launch: LaunchConfig | None = None
-    ddp_timers: bool | None = None   # DDP's reducer timers (default: CPU only; they sync on GPU)
-    ddp: DDPOptions = field(default_factory=DDPOptions)
-    local: bool = False              # communicate nothing: the component measurement
-    # DDP and local iterations alternating in one launch: the run and its components measured
-    # together (``out["local_run"]`` holds the components; see
-    # swinkit.rank.step_switch.schedule)
-    paired: bool = False
 
     def launch_config(self) -> LaunchConfig:
         """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
@@ -59,49 +49,31 @@ class DDPRunSpec:
         return dataclasses.replace(self.launch, world_size=self.world_size)
 
     def validate(self):
-        """Everything checkable before a process starts; ValueError names field and value."""
-        check_int("iters", self.iters, 1)
-        check_int("warmup", self.warmup, 0)
-        if self.local and self.paired:
-            raise ValueError("local and paired exclude each other (paired runs local "
-                             "iterations beside the DDP ones)")
-        if self.paired and self.bare:
-            raise ValueError("paired needs the timeline (it is the components' measurement); "
-                             "bare has none")
-        if self.workers is not None:
-            check_int("workers", self.workers, 0)
-        self.ddp.validate()
-        k = self.ddp.grad_accum
-        if self.iters % k or self.warmup % k:
-            raise ValueError(f"iters ({self.iters}) and warmup ({self.warmup}) must be multiples "
-                             f"of grad_accum ({k}): measured iterations are whole optimizer steps")
-        if self.ddp.comm_hook == "powersgd" and self.warmup < 2 * k:
-            # PowerSGD compresses from its 2nd synchronising step on (torch needs DDP's bucket
-            # rebuild behind it): earlier measured steps would send the uncompressed gradients
-            raise ValueError(f"warmup ({self.warmup}) must be at least 2 x grad_accum ({2 * k}) "
-                             "with comm_hook powersgd: PowerSGD starts compressing at its "
-                             "second optimizer step, which must lie in the warm-up")
-        if self.ddp.comm_hook and (self.injection.comm_ms > 0 or self.injection.comm_scale > 1):
-            raise ValueError(f"comm_hook {self.ddp.comm_hook} cannot be combined with a comm "
-                             "injection (both replace the bucket's collective)")
-        if self.injection.optimizer_ms > 0 and self.injection.every > 1 and k > 1:
-            raise ValueError(f"--inject optimizer_ms with every={self.injection.every} needs "
-                             f"grad_accum 1 (got {k}): the optimizer steps every {k}-th "
-                             "iteration, out of step with the injected ones")
+        """Everything checkable before a process starts; ValueError names field and value.
+        Returns (the preset's config on the device the backend decides, the launch config)."""
+        self.check()
         lc = self.launch_config().validate()
         total = lc.world_size * lc.nnodes
         bad = [r for r in self.injection.named_ranks() if r >= total]
         if bad:
             raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
-        cfg = load_config(self.preset, self.data_root, self.overrides)
+        # The backend decides the device: gloo ranks run on CPU whatever the preset says.
+        device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
+        cfg = load_config(self.preset, self.data_root, self.overrides, device=device)
         workers = cfg.loader_workers if self.workers is None else self.workers
         if self.injection.every > 1 and self.injection.data_ms > 0 and workers > 0:
             raise ValueError(f"--inject every={self.injection.every} with data_ms needs loader "
                              f"workers 0 (got {workers}): workers load ahead, out of step with "
                              "the iterations")
-        # The backend decides the device: gloo ranks run on CPU whatever the preset says.
-        device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
-        return load_config(self.preset, self.data_root, self.overrides, device=device), lc
+        if self.precision is not None:  # the preset's own is checked with the preset
+            check_precision(self.precision, device)
+        return cfg, lc
+
+    def for_ranks(self, cfg) -> dict:
+        """What crosses to the ranks (``cfg``: :meth:`validate`'s): this run's
+        :class:`RunSpec`, with the data root the supervisor wrote and the precision resolved."""
+        return dict(self.to_dict(), data_root=str(cfg.data_root),
+                    precision=self.precision or cfg.get("precision", DEFAULT_PRECISION))
 
 
 def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
@@ -109,16 +81,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     Returns None on a node of a multi-node run that did not host rank 0."""
     cfg, lc = spec.validate()
     ensure_data(cfg, progress=progress)  # written once here, not raced by the ranks
-    kwargs = dict(preset=spec.preset, iters=spec.iters, warmup=spec.warmup, workers=spec.workers,
-                  inject=spec.injection.to_dict(), data_root=cfg.data_root,
-                  overrides=dict(spec.overrides), device=cfg.device,
-                  trace_dir=spec.trace_dir, bare=spec.bare, ddp_timers=spec.ddp_timers,
-                  ddp_options=spec.ddp.to_dict(), local=spec.local)
-    components = spec.local or spec.paired
-    if components:
-        kwargs.update(comm_scale=spec.injection.comm_scale, paired=spec.paired)
-    run = launch(COMPONENT_ENTRY if components else ENTRY, kwargs, lc, run_dir=run_dir,
-                 quiet=quiet)
+    entry = COMPONENT_ENTRY if spec.local or spec.paired else ENTRY
+    run = launch(entry, {"spec": spec.for_ranks(cfg)}, lc, run_dir=run_dir, quiet=quiet)
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
         return None
     ranks = run.result["ranks"]

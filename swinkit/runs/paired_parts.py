@@ -1,6 +1,6 @@
 """A paired launch's local steps read as a run of their own (the paired oracle's components at
 N), and the step times every run reports. The kinds and their order:
-:func:`swinkit.rank.step_switch.schedule`."""
+:class:`swinkit.rank.plan.StepPlan`."""
 from __future__ import annotations
 
 import statistics
