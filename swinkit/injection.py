@@ -2,34 +2,17 @@
 (the supervisor validates and formats it before any rank starts; :mod:`swinkit.rank.inject`
 puts it into a rank).
 
-Spec (CLI ``--inject``): comma-separated
-``data_ms=F,compute_ms=F,backward_ms=F,optimizer_ms=F,comm_ms=F,comm_scale=K,ranks=R1+R2,every=N``.
-Each behaves like the real thing it stands for, on CPU and GPU alike:
+Spec (CLI ``--inject``): comma-separated ``KIND=F`` for each kind of :data:`KINDS` (F in ms),
+``comm_scale=K``, ``ranks=R1+R2``, ``every=N``. Each kind behaves like the real thing it stands
+for, on CPU and GPU alike: a slower device is occupied (a spin that never yields the core on
+CPU, a sleep kernel on the GPU's stream), never a host sleep, which would free the core for the
+loader and gloo's threads, so slower compute would cost less than its F ms; a slow loader
+sleeps, as I/O frees the core. :data:`KINDS` is the one table of the kinds: parsing, the
+rank's hooks (:data:`swinkit.rank.inject.HOOKS`), validate's expectations, the prediction's
+costs and the CLI's help all read it.
 
-* ``data_ms``: every loaded sample takes F ms longer, inside the MMSeg pipeline (in the loader
-  workers when there are any): a slow disk or decoder. A sleep is right here: I/O frees the core.
-* ``compute_ms``: every forward pass occupies the compute device for F ms more (a forward
-  pre-hook on the backbone: on CPU a spin until F ms of wall time have passed, never yielding
-  the core; on GPU a sleep kernel of F ms on the current stream). A host sleep would free the
-  core for the loader and gloo's threads, so slower compute would cost less than its F ms.
-  The forward only: ``backward_ms`` and ``optimizer_ms`` are the other compute phases.
-* ``backward_ms``: every backward pass occupies the compute device for F ms more, half way
-  through: a hook on the gradient of the backbone's middle stage output, so the gradient
-  buckets of the head and the later stages are launched on time and the earlier stages' late
-  (the same spin or sleep kernel, the latter on the autograd stream). With ``ranks`` this is the
-  straggler inside backward that DDP's bucket all-reduces hide from per-rank phase times.
-* ``optimizer_ms``: every optimizer step occupies the compute device for F ms more (a step
-  pre-hook on the torch optimizer; the same spin or sleep kernel). With ``ranks`` the other
-  ranks wait for it at the next iteration's first collective.
-* ``comm_ms``: every gradient bucket's all-reduce starts F ms after the bucket is ready, for
-  every rank of the collective (link latency). The delay runs off the autograd thread: on CPU a
-  FIFO launcher thread per rank keeps the collectives in order; on GPU a sleep kernel on a side
-  stream per bucket (made once, high priority: never a communicator's) that the collective
-  waits for. With ``ranks``, only those ranks launch late, and everyone else waits for them in
-  the collective.
 * ``comm_scale``: every bucket's collective moves K times its bytes (the bucket plus (K-1) x
-  its size of zeros, in one all-reduce): a link K times slower. The added time is what the
-  isolated all-reduce benchmark measures for the extra bytes. A collective runs at the pace of
+  its size of zeros, in one all-reduce): a link K times slower. A collective runs at the pace of
   its slowest link, so with ``ranks`` every rank's collective still grows: the cost is transfer
   for all, and no rank arrives late (a timeline cannot name a slow link's rank; the isolated
   all-reduce benchmark per world size is where a slow link shows).
@@ -51,26 +34,103 @@ Off by default and nothing is inserted unless a value is positive (``comm_scale`
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-
-DELAY_FIELDS = ("data_ms", "compute_ms", "backward_ms", "optimizer_ms", "comm_ms")
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Kind:
+    """One kind of injected cost, declared once.
+
+    Attributes:
+        name: the ``--inject`` field (milliseconds).
+        phase: the phase, and blame key, its added time lands in (validate expects it there).
+        into: what the rank's hook goes into (:data:`swinkit.rank.inject.HOOKS`):
+            ``pipeline`` (the loader's), ``model``, ``optimizer`` or ``launcher`` (the
+            gradient buckets' collectives).
+        what: what it stands for and how it is applied, in a few words (CLI help, docs).
+        per_sample: the amount is per loaded sample (a rank pays it per image, and on its
+            own time only where it loads itself: no loader workers).
+        launch_delay: its cost is a late start of the collectives, not time of the rank's
+            own phases (the prediction's replay delays the all-reduces).
+    """
+    name: str
+    phase: str
+    into: str
+    what: str
+    per_sample: bool = False
+    launch_delay: bool = False
+
+    @property
+    def measured(self) -> str:
+        """The name its measured delays are filed under in a rank's result (``injected_s``)."""
+        return self.name.removesuffix("_ms")
+
+
+KINDS = (
+    Kind("data_ms", "data_wait", "pipeline", "every loaded sample F ms longer, in the MMSeg "
+         "pipeline (in the loader workers where there are any): a slow disk or decoder",
+         per_sample=True),
+    Kind("compute_ms", "forward", "model", "every forward occupies the device F ms more (a "
+         "pre-hook on the backbone)"),
+    Kind("backward_ms", "backward", "model", "every backward occupies the device F ms more, half "
+         "way through (a hook on the gradient of the backbone's middle stage: the earlier "
+         "stages' buckets are late, the straggler DDP's all-reduces hide from phase times)"),
+    Kind("optimizer_ms", "optimizer", "optimizer", "every optimizer step occupies the device F "
+         "ms more (a step pre-hook); the other ranks wait at the next collective"),
+    Kind("comm_ms", "exposed_comm", "launcher", "every gradient bucket's all-reduce starts F ms "
+         "after the bucket is ready, off the autograd thread (link latency); with ranks, the "
+         "others wait for them in the collective", launch_delay=True),
+)
+KIND_BY_NAME = {k.name: k for k in KINDS}
+DELAY_FIELDS = tuple(KIND_BY_NAME)  # the kinds' names, in the table's order
+
+
+def spec_help() -> str:
+    """The ``--inject`` syntax and where each kind lands, from the table (CLI help).
+
+    >>> spec_help().split(";")[0]
+    'KIND=F ms, one of data_ms (lands in data_wait), compute_ms (forward), backward_ms (backward), optimizer_ms (optimizer), comm_ms (exposed_comm)'
+    """
+    kinds = ", ".join(f"{k.name} ({'lands in ' if i == 0 else ''}{k.phase})"
+                      for i, k in enumerate(KINDS))
+    return f"KIND=F ms, one of {kinds}; comm_scale=K (a slower link), ranks=1+2, every=N"
+
+
+@dataclass(frozen=True, init=False)
 class Injection:
     """Known costs of one run. One spec (``parts`` empty), or several combined by
-    :func:`combine`: then the fields above ``parts`` summarise them (each kind's largest
-    amount, every rank any spec names) for checks such as "is there a data_ms at all", and
-    what a given rank receives is :meth:`for_rank`'s."""
-    data_ms: float = 0.0
-    compute_ms: float = 0.0     # the forward
-    backward_ms: float = 0.0
-    optimizer_ms: float = 0.0
-    comm_ms: float = 0.0
-    comm_scale: float = 1.0
-    ranks: tuple[int, ...] | None = None   # None = every rank
-    every: int = 1                         # inject on iterations it % every == 0
-    parts: tuple["Injection", ...] = ()    # the specs combined, each with its own ranks
+    :func:`combine`: then the summary fields summarise them (each kind's largest amount,
+    every rank any spec names) for checks such as "is there a data_ms at all", and what a
+    given rank receives is :meth:`for_rank`'s.
+
+    Each kind of :data:`KINDS` is an attribute (``injection.data_ms``, 0.0 where not given)
+    and a keyword of the constructor; ``amounts`` holds the positive ones.
+    """
+    amounts: tuple[tuple[str, float], ...]  # (kind, ms) of each kind given, in table order
+    comm_scale: float
+    ranks: tuple[int, ...] | None          # None = every rank
+    every: int                             # inject on iterations it % every == 0
+    parts: tuple["Injection", ...]         # the specs combined, each with its own ranks
+
+    def __init__(self, comm_scale: float = 1.0, ranks: tuple[int, ...] | None = None,
+                 every: int = 1, parts: tuple["Injection", ...] = (),
+                 amounts: tuple[tuple[str, float], ...] = (), **kinds: float):
+        unknown = set(kinds) - set(KIND_BY_NAME)
+        if unknown:
+            raise TypeError(f"Injection has no kind {sorted(unknown)} (kinds: {DELAY_FIELDS})")
+        given = {**dict(amounts), **kinds}
+        set_ = object.__setattr__  # frozen: set once, here
+        set_(self, "amounts", tuple((k, float(given[k])) for k in DELAY_FIELDS
+                                    if given.get(k, 0) > 0))
+        set_(self, "comm_scale", comm_scale)
+        set_(self, "ranks", ranks)
+        set_(self, "every", every)
+        set_(self, "parts", tuple(parts))
+
+    def __getattr__(self, name: str) -> float:
+        if name in KIND_BY_NAME:  # a kind not given is 0 ms
+            return dict(self.__dict__.get("amounts", ())).get(name, 0.0)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def on_iteration(self, it: int) -> bool:
         return it % self.every == 0
@@ -106,10 +166,14 @@ class Injection:
         if self.ranks is None:
             return self
         kept = tuple(r for r in self.ranks if r < world_size)
-        return Injection(ranks=kept) if not kept else Injection(**{**self._fields(), "ranks": kept})
+        return Injection(ranks=kept) if not kept else Injection(
+            amounts=self.amounts, comm_scale=self.comm_scale, ranks=kept, every=self.every)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every kind by name (0.0 where not given), then the rest: the JSON runs store."""
+        return {**{k: getattr(self, k) for k in DELAY_FIELDS}, "comm_scale": self.comm_scale,
+                "ranks": None if self.ranks is None else list(self.ranks),
+                "every": self.every, "parts": [p.to_dict() for p in self.parts]}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "Injection":
@@ -131,10 +195,6 @@ class Injection:
         if parts and self.every > 1:
             parts.append(f"every={self.every}")
         return ",".join(parts) or "none"
-
-    def _fields(self) -> dict:
-        """This spec's own fields (no ``parts``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "parts"}
 
 
 def combine(specs: list[Injection]) -> Injection:

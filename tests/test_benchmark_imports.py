@@ -117,6 +117,10 @@ def test_written_out_params_equal_swinkits():
     assert bench_model.BATCHES == list(forward_backward.BATCHES)
     from swinkit.precision import PRECISIONS
     assert bench_model.PRECISIONS == tuple(PRECISIONS)
+    from benchmarks import bench_validate
+    from swinkit.attribution.validation import PLACEMENTS
+    from swinkit.injection import DELAY_FIELDS  # the injection kinds' table
+    assert bench_validate.ALL == [f"{c}/{p}" for c in DELAY_FIELDS for p in PLACEMENTS]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -24,8 +24,8 @@ from swinkit.measure.contention import (HIGH_PRIORITY, POOL_SIZE, SIDE_STREAMS, 
 from swinkit.injection import Injection
 from swinkit.rank.delays import (GATE, CudaSleep, DelayMeter, HostSpin, calibrate_sleep_rate,
                                       per_iteration)
-from swinkit.rank.inject import (CudaDelayedLaunch, ThreadDelayedLaunch, add_backward_delay,
-                                 add_compute_delay, add_optimizer_delay)
+from swinkit.rank.inject import add_backward_delay, add_compute_delay, add_optimizer_delay
+from swinkit.rank.inject_comm import CudaDelayedLaunch, ThreadDelayedLaunch
 
 REQUESTED_S = 0.02
 

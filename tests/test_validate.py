@@ -168,14 +168,10 @@ def test_text_and_html_show_the_matrix_and_say_when_ranks_share_cores(tmp_path):
     assert "ranks share cores" in page and "<script" not in page
 
 
-def test_a_case_the_injection_spec_lacks_is_skipped_not_run(monkeypatch):
+def test_cells_that_check_nothing_are_skipped_with_the_reason():
+    """(A case the injection spec lacked was skipped here too; validate's cases are the
+    injection kinds' table now, so there is no such case to skip.)"""
     from swinkit.experiments import validate as exp
-    monkeypatch.setitem(v.EXPECTED, "disk_ms", "data_wait")
-    monkeypatch.setattr(exp, "run_ddp", lambda *a, **k: pytest.fail("a process started"))
-    spec = exp.ValidateSpec(world_sizes=(2,), cases=("disk_ms",), placements=("one",))
-    cells = exp.run_cells(spec, [(2, "disk_ms", "one")], progress=lambda s: None)
-    assert cells == [v.skipped_cell(2, "disk_ms", "one",
-                                    "this swinkit's injection spec has no disk_ms yet")]
     assert "no communication" in exp.skip_reason("comm_ms", "all", 1)
     assert exp.skip_reason("compute_ms", "one", 1).startswith("at world size 1")
     assert exp.skip_reason("compute_ms", "one", 2) is None

@@ -32,11 +32,11 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from swinkit.injection import KIND_BY_NAME, KINDS
 from swinkit.measure.phases import BLAME_KEYS
 
-# injection field -> the blame key its added time belongs to
-EXPECTED = {"data_ms": "data_wait", "compute_ms": "forward", "backward_ms": "backward",
-            "optimizer_ms": "optimizer", "comm_ms": "exposed_comm"}
+# injection kind -> the blame key its added time belongs to (the kinds' table says)
+EXPECTED = {kind.name: kind.phase for kind in KINDS}
 # cells that tell charging rules apart (:mod:`~swinkit.attribution.validation_cells`): two
 # late ranks at once in different phases; a small delay near the noise floor
 TWO_STRAGGLERS, SMALL_DELAY = "two_stragglers", "small_backward"
@@ -98,7 +98,7 @@ def injected_amount(result: dict, case: str, requested_s: float) -> tuple[float,
     delay is the exposed one). ``data_ms`` sleeps in the loader and measures nothing: the
     requested amount stands.
     """
-    measured = (result.get("injected_measured_s") or {}).get(case.removesuffix("_ms"))
+    measured = (result.get("injected_measured_s") or {}).get(KIND_BY_NAME[case].measured)
     return (measured, "measured") if measured else (requested_s, "requested")
 
 

@@ -32,6 +32,7 @@ from swinkit.cli import scorecard as scorecard_cli
 from swinkit.cli import validate as validate_cli
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
+from swinkit.injection import spec_help
 from swinkit.precision import PRECISIONS
 from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from swinkit.quiet_libraries import send_library_logs_to_stderr
@@ -95,13 +96,14 @@ def _add_ddp_parser(sub) -> None:
     """``swinkit ddp``: one instrumented run (or another engine's, or all of them)."""
     p = sub.add_parser("ddp", help="the instrumented DDP iteration on N ranks")
     _add_workload_args(p)
-    p.add_argument("--world-size", type=int, default=2, help="ranks per node (default 2)")
+    p.add_argument("--world-size", type=int, default=2,
+                   help="ranks per node, torchrun's --nproc-per-node (default 2; all ranks: "
+                        "this x --nnodes)")
     p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations dropped (default 3)")
     p.add_argument("--workers", type=int, help="loader workers per rank (default: the preset's)")
     p.add_argument("--inject", action="append", metavar="SPEC",
-                   help="known costs: data_ms=F,compute_ms=F (the forward),backward_ms=F,"
-                        "optimizer_ms=F,comm_ms=F,comm_scale=K,ranks=1+2,every=N; repeat it "
+                   help=f"known costs, comma-separated: {spec_help()}; repeat it "
                         "for costs on other ranks (--inject data_ms=60,ranks=0 --inject "
                         "backward_ms=50,ranks=1: two stragglers; a kind given twice for one "
                         "rank is refused) (see docs/blame.md, 'Injecting known costs')")

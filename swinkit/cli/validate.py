@@ -20,10 +20,10 @@ import argparse
 import socket
 import sys
 
+from swinkit.attribution.validation import CASES
 from swinkit.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
-CASES_DEFAULT = ("data_ms,compute_ms,backward_ms,optimizer_ms,comm_ms,"
-                 "two_stragglers,small_backward")
+CASES_DEFAULT = ",".join(CASES)  # each injection kind of the table, and the charging cells
 
 
 def add_parser(sub) -> None:

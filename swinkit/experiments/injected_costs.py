@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from swinkit.attribution.extrapolate import Host, injected_positions
-from swinkit.injection import Injection, combine
+from swinkit.injection import KINDS, Injection, combine
 
 
 def injected_costs(injection: Injection | None, world_size: int, host: Host):
@@ -16,7 +16,7 @@ def injected_costs(injection: Injection | None, world_size: int, host: Host):
         return None, None
     own = {r: injection.for_rank(r) for r in range(world_size)}  # each spec its own ranks
     extra = {r: costs for r, i in own.items() if (costs := phase_costs(i, host))}
-    delay = {r: i.comm_ms * 1e-3 / i.every for r, i in own.items() if i.comm_ms}
+    delay = {r: seconds for r, i in own.items() if (seconds := launch_delay(i))}
     return extra or None, delay or None
 
 
@@ -35,15 +35,31 @@ def slowest_injected_s(injection: Injection | None, world_size: int, host: Host)
 
 
 def phase_costs(injection: Injection, host: Host) -> dict[str, float]:
-    """Seconds per phase ``injection`` adds on a rank it applies to: per iteration, the
-    optimizer's per optimizer step (:func:`~swinkit.attribution.extrapolate.injected_positions`
-    puts it on a step's last micro-batch); ``every`` spreads them as a mean."""
-    per_it = 1e-3 / injection.every
-    extra = {"forward": injection.compute_ms * per_it, "backward": injection.backward_ms * per_it,
-             "optimizer": injection.optimizer_ms * per_it}
-    if host.loader_workers == 0:  # each sample of the rank's batch, on the rank's own time
-        extra["data_wait"] = injection.data_ms * host.images_per_rank * per_it
-    return {k: v for k, v in extra.items() if v}
+    """Seconds per phase ``injection`` adds on a rank it applies to, each kind of the table
+    in its phase: per iteration, the optimizer's per optimizer step
+    (:func:`~swinkit.attribution.extrapolate.injected_positions` puts it on a step's last
+    micro-batch); ``every`` spreads them as a mean. A kind per sample counts each sample of
+    the rank's batch where the rank loads itself (no loader workers: on its own time); a
+    late launch of the collectives is no phase's (:func:`launch_delay`).
+
+    >>> phase_costs(Injection(data_ms=10, compute_ms=5, comm_ms=7, every=2),
+    ...             Host(cores=2, images_per_rank=4))
+    {'data_wait': 0.02, 'forward': 0.0025}
+    """
+    extra = {}
+    for kind in KINDS:
+        amount = getattr(injection, kind.name)
+        if not amount or kind.launch_delay or (kind.per_sample and host.loader_workers):
+            continue
+        per = host.images_per_rank if kind.per_sample else 1
+        extra[kind.phase] = extra.get(kind.phase, 0.0) + amount * per * 1e-3 / injection.every
+    return extra
+
+
+def launch_delay(injection: Injection) -> float:
+    """Seconds each bucket's all-reduce starts late on a rank ``injection`` applies to (the
+    table's late-launch kinds), a mean over ``every``."""
+    return sum(getattr(injection, k.name) for k in KINDS if k.launch_delay) * 1e-3 / injection.every
 
 
 def without_injection(costs: dict, held: dict[int, dict[str, float]]) -> dict:

@@ -12,7 +12,8 @@ they put on their timeline. Nothing here launches a process or reads another ran
     stand_in.py           a Swin block's kinds of work standing in for the model's compute
     meet.py               local steps that meet where DDP would hold the ranks
     rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop
-    inject.py             known costs put into a rank (data, forward, comm)
+    inject.py             known costs put into a rank: each kind's hook (HOOKS), by the table
+    inject_comm.py        the collectives' injections: late launches, a slower link
     delays.py             delays that occupy the device and measure what they took
     components.py         the components of a DDP iteration, measured where they run
     collective_timing.py  collectives timed alone over the run's ranks

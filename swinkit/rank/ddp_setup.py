@@ -21,10 +21,8 @@ from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.ddp_options import DDPOptions
-from swinkit.rank.delays import MeasuredDelay
 from swinkit.rank.devices import rank_device
-from swinkit.rank.inject import (add_backward_delay, add_compute_delay, add_data_delay,
-                                 add_optimizer_delay, comm_launcher)
+from swinkit.rank.inject import comm_launcher, install
 from swinkit.rank.meet import Meet
 from swinkit.rank.step_switch import Switch, sync_batch_norms
 from swinkit.run_spec import RunSpec
@@ -79,7 +77,7 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
     cfg = load_config(spec.preset, spec.data_root, spec.overrides, device=dev.type)
     cuda, options, bare = dev.type == "cuda", spec.ddp, spec.bare
     injection = spec.injection.for_rank(rank.rank)  # each --inject spec keeps its own ranks
-    add_data_delay(cfg, injection, rank.rank)
+    install("pipeline", cfg, injection, rank.rank, cuda)  # each kind's hook: inject.HOOKS
     # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
     # run with loader workers 0 (augmenting in this process) is reproducible too.
     np.random.seed(spec.seed + rank.rank)
@@ -87,8 +85,7 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
     memory_baseline = memory.rss_bytes()
     torch.manual_seed(spec.seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
-    compute_delay = add_compute_delay(model, injection, rank.rank, cuda)
-    backward_delay = add_backward_delay(model, injection, rank.rank, cuda)
+    delays = install("model", model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.
     singleton = ([dist.new_group([r]) for r in range(rank.world_size)][rank.rank]
                  if spec.local or spec.paired else None)
@@ -98,10 +95,10 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
     timeline = Timeline(make_clock(cuda, enabled=not bare))
     # Locally the hook still runs (a compression hook's casts are compute), over the group of
     # one; an injected comm delay belongs to the collective, so it is not in the local run.
-    launcher = (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, True)
-                if spec.local else comm_launcher(injection, rank.rank, cuda))
-    delays = {name: d for name, d in (("compute", compute_delay), ("backward", backward_delay),
-                                      ("comm", launcher)) if isinstance(d, MeasuredDelay)}
+    launcher, measured = (
+        (ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank, alone, True), {})
+        if spec.local else comm_launcher(injection, rank.rank, cuda))
+    delays.update(measured)
     if launcher is None and options.comm_hook:
         launcher = ddp_hooks.hook_launcher(options.comm_hook, options.powersgd_rank)
     if spec.local:  # SyncBN over the group of one too: plain batch norm, nothing sent
@@ -122,9 +119,7 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
     want_timers = (not cuda) if spec.ddp_timers is None else spec.ddp_timers
     stats = ddp_hooks.DDPStats(ddp) if want_timers and not bare and not spec.paired else None
     optim, schedulers = build_optimizer(cfg, model)
-    optimizer_delay = add_optimizer_delay(optim, injection, rank.rank, cuda)
-    if optimizer_delay is not None:
-        delays["optimizer"] = optimizer_delay
+    delays.update(install("optimizer", optim, injection, rank.rank, cuda))
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=spec.workers,
                           seed=spec.seed,
                           timeout_s=120 if (spec.workers or cfg.loader_workers) else 0)

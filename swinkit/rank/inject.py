@@ -1,7 +1,9 @@
 """Known costs injected into one component: the ground truth attribution is checked against.
 
-What each injection stands for and its spec: :mod:`swinkit.injection`. Here they are put into a
-rank: each behaves like the real thing, on CPU and GPU alike.
+What each injection stands for and its spec: :mod:`swinkit.injection`, whose table
+(:data:`~swinkit.injection.KINDS`) says what each kind's hook goes into. Here are the hooks
+(:data:`HOOKS`, one per kind), which put them into a rank (:func:`install`): each behaves like
+the real thing, on CPU and GPU alike.
 
 Off by default and nothing is inserted unless a value is positive (``comm_scale`` above 1).
 
@@ -15,16 +17,14 @@ ground truth to hold attribution against.
 """
 from __future__ import annotations
 
-import queue
-import threading
 import time
 
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
 
-from swinkit.injection import Injection
-from swinkit.measure.contention import SIDE_STREAMS, SideStreams
-from swinkit.rank.delays import GATE, CudaSleep, DelayMeter, HostSpin, MeasuredDelay
+from swinkit.injection import KINDS, Injection
+from swinkit.rank.delays import GATE, CudaSleep, HostSpin, MeasuredDelay
+from swinkit.rank.inject_comm import CudaDelayedLaunch, ScaledLaunch, ThreadDelayedLaunch
 
 
 # ---------------------------------------------------------------- data
@@ -42,7 +42,9 @@ class InjectDelay(BaseTransform):
         return results
 
 
-def add_data_delay(cfg, injection: Injection, rank: int) -> None:
+def add_data_delay(cfg, injection: Injection, rank: int, cuda: bool = False) -> None:
+    """A sleep of ``data_ms`` per sample at the end of the config's training pipeline (the
+    loader workers build their own copy of it). Nothing to measure: a sleep is what it asks."""
     if injection.data_ms > 0 and injection.applies_to(rank):
         cfg.train_dataset.pipeline.append(dict(type="InjectDelay", ms=injection.data_ms))
 
@@ -149,131 +151,44 @@ def add_optimizer_delay(optim, injection: Injection, rank: int,
 
 # ---------------------------------------------------------------- communication
 
-def comm_launcher(injection: Injection, rank: int, cuda: bool):
-    """The launcher the DDP comm hook uses on this rank (see swinkit.measure.ddp_hooks), or None
-    for the plain one."""
-    if injection.comm_scale > 1:  # every rank: a collective is as slow as its slowest link
-        return ScaledLaunch(injection.comm_scale)
-    if not injection.applies_to(rank):
-        return None
-    if injection.comm_ms > 0:
+def add_comm_delay(_, injection: Injection, rank: int, cuda: bool):
+    """A launcher that starts each bucket's all-reduce ``comm_ms`` late (it measures what it
+    delayed), or None where this rank has none. Goes into no object: the launcher is the
+    DDP comm hook's (:func:`comm_launcher`)."""
+    if injection.comm_ms > 0 and injection.applies_to(rank):
         return (CudaDelayedLaunch if cuda else ThreadDelayedLaunch)(injection.comm_ms / 1e3)
     return None
 
 
-class ThreadDelayedLaunch(MeasuredDelay):
-    """CPU: each bucket's all-reduce is launched ``delay_s`` after it is ready, by one FIFO
-    thread per rank (so every rank launches its collectives in the same order), never by the
-    autograd thread, which goes on computing. Measured: from ready to launch, host clock."""
-
-    def __init__(self, delay_s: float):
-        self.delay_s = delay_s
-        self.meter = DelayMeter()
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="swinkit-delayed-launch", daemon=True)
-        self.thread.start()
-
-    def __call__(self, bucket, group, record, clock):
-        import torch
-        tensor = bucket.buffer()
-        tensor.div_(group.size())
-        out = torch.futures.Future()
-        delay = self.delay_s if GATE.on else 0.0
-        ready = time.perf_counter()
-        self.jobs.put((ready, delay, GATE.iteration, tensor, group, record, clock, out))
-        return out
-
-    def _run(self) -> None:
-        import torch.distributed as dist
-        while True:
-            ready, delay, iteration, tensor, group, record, clock, out = self.jobs.get()
-            time.sleep(max(ready + delay - time.perf_counter(), 0.0))
-            if delay > 0:
-                self.meter.add_seconds(iteration, time.perf_counter() - ready)
-            record.arrive = clock.now()
-            try:
-                fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
-                fut.add_done_callback(lambda f, out=out: _forward_result(f, out))
-            except Exception as exc:  # a broken group: the reducer's wait raises it
-                out.set_exception(exc)
+def comm_launcher(injection: Injection, rank: int, cuda: bool) -> tuple[object, dict]:
+    """(the launcher the DDP comm hook uses on this rank (see swinkit.measure.ddp_hooks), or
+    None for the plain one; the delays of it that measure themselves, by measured name): a
+    slower link's (``comm_scale``, every rank's: a collective is as slow as its slowest
+    link), else the ``launcher`` kinds' hook."""
+    if injection.comm_scale > 1:
+        return ScaledLaunch(injection.comm_scale), {}
+    measured = install("launcher", None, injection, rank, cuda)
+    return next(iter(measured.values()), None), measured
 
 
-def _forward_result(source, target) -> None:
-    try:
-        value = source.value()
-        target.set_result(value[0] if isinstance(value, list) else value)
-    except Exception as exc:  # propagate a failed collective to DDP's reducer
-        target.set_exception(exc)
+# ---------------------------------------------------------------- the hooks, by kind
+
+# Each kind's hook (swinkit.injection.KINDS, one row per kind, says what it goes into): called
+# as hook(target, injection, rank, cuda) with the object its row names; returns what measures
+# the injected delay (a MeasuredDelay), or None. A kind added to the table needs its hook here.
+HOOKS = {"data_ms": add_data_delay, "compute_ms": add_compute_delay,
+         "backward_ms": add_backward_delay, "optimizer_ms": add_optimizer_delay,
+         "comm_ms": add_comm_delay}
 
 
-class CudaDelayedLaunch(MeasuredDelay):
-    """GPU: a sleep kernel of ``delay_s`` on a side stream per bucket, which waits for the
-    bucket's gradients; the collective waits for the side stream. Device time, so it delays the
-    collective by the same amount however far the host runs ahead. Measured: CUDA events
-    around each sleep.
-
-    The side streams are made once per bucket and device, from the high-priority pool
-    (:class:`~swinkit.measure.contention.SideStreams`): a stream drawn from the default pool on
-    every call would, within the first iteration of a model with a few dozen buckets, wrap onto
-    the NCCL stream, and each bucket's sleep would queue behind earlier all-reduces and delay the
-    later ones. ``sleep`` and ``streams`` are seams for tests."""
-
-    def __init__(self, delay_s: float, sleep: CudaSleep | None = None,
-                 streams: SideStreams | None = None):
-        self.sleep = CudaSleep(delay_s) if sleep is None else sleep
-        self.meter = self.sleep.meter
-        self.streams = SIDE_STREAMS if streams is None else streams
-
-    def side_stream(self, name: str, device):
-        """The dedicated stream of bucket ``name`` on ``device``."""
-        return self.streams.get(device, f"comm-delay:{name}")
-
-    def __call__(self, bucket, group, record, clock):
-        import torch
-        import torch.distributed as dist
-        tensor = bucket.buffer()
-        tensor.div_(group.size())
-        side = self.side_stream(record.name, tensor.device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            if GATE.on:
-                self.sleep()  # on ``side``: the current stream here
-            record.arrive = clock.now()
-            fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
-        tensor.record_stream(side)
-        return fut
-
-
-class ScaledLaunch:
-    """Every bucket's collective moves ``scale`` times its bytes: the bucket is copied into a
-    buffer ``scale`` times its size (the rest zeros, so the sum is unchanged) that is reduced in
-    one all-reduce, then copied back."""
-
-    def __init__(self, scale: float):
-        self.scale = scale
-        self.buffers: dict = {}
-
-    def __call__(self, bucket, group, record, clock):
-        import torch
-        import torch.distributed as dist
-        tensor = bucket.buffer()
-        tensor.div_(group.size())
-        if not GATE.on:  # every rank reads the same iteration number: sizes still match
-            record.arrive = clock.now()
-            return dist.all_reduce(tensor, group=group, async_op=True).get_future()
-        n = tensor.numel()
-        key = (record.name, n, tensor.dtype, tensor.device)
-        if key not in self.buffers:
-            self.buffers[key] = torch.zeros(int(round(n * self.scale)), dtype=tensor.dtype,
-                                            device=tensor.device)
-        big = self.buffers[key]
-        big[:n].copy_(tensor.view(-1))
-        big[n:].zero_()
-        record.nbytes = big.numel() * big.element_size()
-        record.arrive = clock.now()
-        fut = dist.all_reduce(big, group=group, async_op=True).get_future()
-
-        def back(_):
-            tensor.view(-1).copy_(big[:n])
-            return tensor
-        return fut.then(back)
+def install(into: str, target, injection: Injection, rank: int, cuda: bool) -> dict:
+    """Every kind whose row goes ``into`` this object (``target``: the config, the model, the
+    optimizer; None for the launcher), as ``rank`` receives it: what each hook returned that
+    measures itself, by the kind's measured name (``compute``, ``backward``, ...)."""
+    out = {}
+    for kind in KINDS:
+        if kind.into == into and getattr(injection, kind.name) > 0 and injection.applies_to(rank):
+            got = HOOKS[kind.name](target, injection, rank, cuda)
+            if got is not None:
+                out[kind.measured] = got
+    return out
