@@ -255,7 +255,7 @@ SMALL = {"backbone_flat": [1000], "segmentor_flat": [3000], "ddp_buckets": [1000
 def test_allreduce_correctness_check_passes_and_reports_bandwidth(no_orphans):
     from swinkit.components.allreduce import summarize_rank0
     run = launch("swinkit.components.allreduce:allreduce_rank", {"samples": 3, "sizes": SMALL},
-                 LaunchConfig(world_size=2, wall_timeout_s=120), quiet=True)
+                 LaunchConfig(nproc_per_node=2, wall_timeout_s=120), quiet=True)
     rank0 = run.result["ranks"][0]
     assert all(v == 0 for v in rank0["wrong"].values())
     summary = summarize_rank0(rank0, 2)
@@ -286,7 +286,7 @@ def test_corrupted_reduction_fails_with_the_count(no_orphans):
     elements against an expectation computed without any collective."""
     with pytest.raises(LaunchError) as info:
         launch("swinkit.components.allreduce:allreduce_rank", {"samples": 1, "sizes": SMALL},
-               LaunchConfig(world_size=2, wall_timeout_s=120),
+               LaunchConfig(nproc_per_node=2, wall_timeout_s=120),
                env={"SWINKIT_FAULT": "corrupt_allreduce:1"}, quiet=True)
     d = info.value.diagnosis
     assert "AllReduceMismatch" in d.summary

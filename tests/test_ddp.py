@@ -37,7 +37,7 @@ GROUND_TRUTH = {  # kind: (injection, blame key, expected added seconds; None: n
 
 
 def _run(data_root, world_size, injection=Injection(), iters=8, **kw):
-    spec = DDPRunSpec(preset="test", world_size=world_size, iters=iters, warmup=2, workers=0,
+    spec = DDPRunSpec(preset="test", nproc_per_node=world_size, iters=iters, warmup=2, workers=0,
                       injection=injection, data_root=str(data_root), **kw)
     return run_ddp(spec, progress=lambda s: None)
 
@@ -109,7 +109,7 @@ def test_clock_offset_estimate_finds_a_known_skew(no_orphans):
     """Rank 1's clock shifted by +0.25 s: the ping-pong estimate recovers +0.25 within its
     error bound (a sign or half-trip mistake would miss it by far more)."""
     out = launch("swinkit.rank.selftest:clock_offset_check", {"skew_s": 0.25},
-                 LaunchConfig(world_size=2, wall_timeout_s=120), quiet=True).result["ranks"][0]
+                 LaunchConfig(nproc_per_node=2, wall_timeout_s=120), quiet=True).result["ranks"][0]
     assert out["offset_s"][0] == 0.0
     assert out["offset_s"][1] == pytest.approx(0.25, abs=out["error_s"][1] + 1e-4)
 
@@ -190,7 +190,7 @@ def test_comm_scale_adds_what_the_isolated_allreduce_says(data_root, no_orphans)
         iso = launch("swinkit.components.allreduce:allreduce_rank",
                      dict(samples=5, layouts=["preset_buckets"], dtypes=["fp32"], bare_iters=1,
                           sizes={"preset_buckets": extra, "segmentor_flat": [sum(extra)]}),
-                     LaunchConfig(world_size=2, wall_timeout_s=300), quiet=True).result["ranks"][0]
+                     LaunchConfig(nproc_per_node=2, wall_timeout_s=300), quiet=True).result["ranks"][0]
     import statistics
     isolated = statistics.median(iso["times"]["preset_buckets/fp32"])
     growth = hit["injection_effect"]["growth_s"]["exposed_comm"]
@@ -227,7 +227,7 @@ def test_inject_spec_parses():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--world-size", "0"], "world_size must be an integer >= 1, got 0"),
+    (["--world-size", "0"], "--world-size must be an integer >= 1, got 0"),
     (["--workers", "-1"], "workers must be an integer >= 0, got -1"),
     (["--inject", "ranks=5"], "--inject ranks [5] do not exist at world size 2"),
     (["--backend", "nccl"], "nccl needs CUDA"),

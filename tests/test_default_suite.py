@@ -259,7 +259,7 @@ def test_a_failing_basis_leaves_the_ddp_run_standing(monkeypatch):
     from swinkit.runs.ddp_run import DDPRunSpec
     monkeypatch.setattr(ddp_sweep, "run_ddp", lambda spec, progress: {
         "iter_s": 0.5, "ranks": [{"rank": 0}], "local_run": {"ranks": [None]}})
-    spec = DDPRunSpec(preset="test", world_size=1, iters=1, warmup=0, paired=True)
+    spec = DDPRunSpec(preset="test", nproc_per_node=1, iters=1, warmup=0, paired=True)
     result = ddp_sweep._run(spec, progress=lambda *a: None)
     assert result["iter_s"] == 0.5 and "basis" not in result
     assert result["basis_failed"] and result["prediction_failed"]

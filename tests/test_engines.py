@@ -185,7 +185,7 @@ def test_segdataparallel_scatter_and_gather_on_cpu():
 
 def _run_spec(world_size=1, **kw):
     from swinkit.runs.ddp_run import DDPRunSpec
-    return DDPRunSpec(preset="test", world_size=world_size, **kw)
+    return DDPRunSpec(preset="test", nproc_per_node=world_size, **kw)
 
 
 @pytest.mark.parametrize("kw, message", [

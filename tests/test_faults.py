@@ -101,9 +101,9 @@ def test_skip_mode_replaces_and_records_up_to_the_cap(data_copy):
 def test_corrupt_sample_in_ddp_names_file_and_index(data_copy, no_orphans):
     img, _ = _sample_paths(data_copy, 5)
     img.write_bytes(img.read_bytes()[:300])
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, workers=0,
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2, workers=0,
                       data_root=str(data_copy),
-                      launch=LaunchConfig(world_size=2, pg_timeout_s=10, wall_timeout_s=120))
+                      launch=LaunchConfig(nproc_per_node=2, pg_timeout_s=10, wall_timeout_s=120))
     with pytest.raises(LaunchError) as info:
         run_ddp(spec, progress=lambda s: None)
     d = info.value.diagnosis
@@ -118,7 +118,7 @@ def test_corrupt_sample_in_loader_benchmark_is_named(data_copy, no_orphans):
     with pytest.raises(LaunchError) as info:
         launch("swinkit.components.loader_throughput:loader_rank",
                dict(preset="test", data_root=str(data_copy), workers=0, batches=8),
-               LaunchConfig(world_size=2, pg_timeout_s=10, wall_timeout_s=120), quiet=True)
+               LaunchConfig(nproc_per_node=2, pg_timeout_s=10, wall_timeout_s=120), quiet=True)
     assert f"{seg}: file is empty" in info.value.diagnosis.summary
 
 
@@ -150,8 +150,8 @@ def test_stalled_loader_times_out(test_cfg, monkeypatch):
 def test_out_of_memory_names_rank_and_batch(no_orphans):
     """The cpu preset: its iterations allocate tens of MB afresh, so a capped address space
     fails on the next one (the test preset's small tensors come from reused heap)."""
-    spec = DDPRunSpec(preset="cpu", world_size=2, iters=2, warmup=1, workers=0,
-                      launch=LaunchConfig(world_size=2, pg_timeout_s=10, wall_timeout_s=300))
+    spec = DDPRunSpec(preset="cpu", nproc_per_node=2, iters=2, warmup=1, workers=0,
+                      launch=LaunchConfig(nproc_per_node=2, pg_timeout_s=10, wall_timeout_s=300))
     os.environ["SWINKIT_FAULT"] = "oom:1"
     try:
         with pytest.raises(LaunchError) as info:

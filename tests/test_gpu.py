@@ -67,7 +67,7 @@ def table(request):
 
 def _ddp(data_root, world_size, preset="test", iters=20, warmup=3, **kw):
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset=preset, world_size=world_size, iters=iters, warmup=warmup,
+    spec = DDPRunSpec(preset=preset, nproc_per_node=world_size, iters=iters, warmup=warmup,
                       workers=0, data_root=str(data_root), **kw)
     return run_ddp(spec, progress=lambda s: None)
 
@@ -124,7 +124,7 @@ def test_nccl_allreduce_of_the_buckets_is_correct(world_size):
     from swinkit.components.allreduce import summarize_rank0
     res = launch("swinkit.components.allreduce:allreduce_rank",
                  {"samples": 3, "warmup": 1, "bare_iters": 3, "preset": "test"},
-                 LaunchConfig(world_size=world_size, wall_timeout_s=300)).result["ranks"][0]
+                 LaunchConfig(nproc_per_node=world_size, wall_timeout_s=300)).result["ranks"][0]
     wrong = sum(res["wrong"].values())
     summary = summarize_rank0(res, world_size)
     busbw = max((v.get("busbw_gbps") or [0])[0] or 0 for v in summary.values())
@@ -251,5 +251,5 @@ def test_other_engines_run_at_one_gpu(engine, tmp_path, data_root):
 def test_selftest_allreduce_runs_on_nccl():
     from swinkit.launch import LaunchConfig, launch
     run = launch("swinkit.rank.selftest:allreduce_loop", {"steps": 2},
-                 LaunchConfig(world_size=GPUS, wall_timeout_s=120))
+                 LaunchConfig(nproc_per_node=GPUS, wall_timeout_s=120))
     assert row(f"self-test all-reduce on NCCL, N={GPUS}", "ran", "no error", run is not None)

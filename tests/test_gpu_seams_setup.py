@@ -91,7 +91,7 @@ def test_clock_offsets_ping_pong_on_a_gloo_group_not_the_world(one_rank_group, m
 @requires_gpu()
 def test_selftest_entries_run_on_nccl(no_orphans):
     from swinkit.launch import LaunchConfig, launch
-    lc = LaunchConfig(world_size=1, wall_timeout_s=180)
+    lc = LaunchConfig(nproc_per_node=1, wall_timeout_s=180)
     assert lc.resolved_backend() == "nccl"
     out = launch("swinkit.rank.selftest:allreduce_loop", {"steps": 2}, lc, quiet=True)
     assert out.result["ranks"][0]["device"] == "cuda:0"
@@ -167,7 +167,7 @@ def test_overhead_compares_loop_clock_with_loop_clock(monkeypatch):
         return {"iter_s": 9.0 if spec.bare else 0.5,   # timeline figures: another clock
                 "ranks": [{"loop_iteration": it, "iteration": [0.5] * 3} for it in loop]}
     monkeypatch.setattr(overhead, "run_ddp", fake_run)
-    out = overhead.instrumentation_overhead(DDPRunSpec(preset="test", world_size=2, iters=3),
+    out = overhead.instrumentation_overhead(DDPRunSpec(preset="test", nproc_per_node=2, iters=3),
                                             repeats=2, progress=lambda _: None)
     # per rank medians: bare 1.1, 1.2 -> 1.15; instrumented 1.5, 1.5 -> 1.5
     assert out["bare_median_s"] == pytest.approx(1.15)

@@ -59,7 +59,7 @@ def test_other_engines_refuse_a_phase_injection_naming_it(engine, field):
     """DeepSpeed's and DataParallel's loops take no injections: refused before any launch."""
     from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.runs.engine_spec import EngineSpec
-    run = DDPRunSpec(preset="test", world_size=2, injection=Injection(**{field: 5.0}))
+    run = DDPRunSpec(preset="test", nproc_per_node=2, injection=Injection(**{field: 5.0}))
     with pytest.raises(ValueError, match=f"engine ddp only.*{field}=5"):
         EngineSpec(engine=engine, run=run).validate()
 
@@ -67,7 +67,7 @@ def test_other_engines_refuse_a_phase_injection_naming_it(engine, field):
 def test_optimizer_injection_every_n_needs_no_gradient_accumulation():
     from swinkit.ddp_options import DDPOptions
     from swinkit.runs.ddp_run import DDPRunSpec
-    spec = DDPRunSpec(preset="test", world_size=1, iters=4, warmup=2,
+    spec = DDPRunSpec(preset="test", nproc_per_node=1, iters=4, warmup=2,
                       injection=Injection(optimizer_ms=5, every=2),
                       ddp=DDPOptions(grad_accum=2))
     with pytest.raises(ValueError, match="optimizer_ms with every=2 needs grad_accum 1"):
@@ -226,7 +226,7 @@ def test_a_phase_injection_is_blamed_on_that_phase_and_its_rank(data_root, phase
     was named once, at 1.4 cores of foreign load).
     """
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=10, warmup=2, workers=0,
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=10, warmup=2, workers=0,
                       injection=Injection(**PHASE_CASES[phase], ranks=ranks, every=2),
                       data_root=str(data_root))
     with ForeignLoad() as load:

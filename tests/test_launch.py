@@ -32,7 +32,7 @@ FAST = dict(pg_timeout_s=5.0, join_timeout_s=5.0, wall_timeout_s=60.0)
 
 
 def run(tmp_path, fault=None, steps=6, env_extra=None, **overrides):
-    cfg = LaunchConfig(world_size=2, **{**FAST, **overrides})
+    cfg = LaunchConfig(nproc_per_node=2, **{**FAST, **overrides})
     env = dict({"SWINKIT_FAULT": fault} if fault else {}, **(env_extra or {}))
     return launch(ENTRY, {"steps": steps}, cfg, run_dir=tmp_path / "run", env=env, quiet=True)
 
@@ -51,7 +51,7 @@ def test_a_launch_in_the_temp_dir_leaves_nothing_there(tmp_path, monkeypatch, no
     import tempfile
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR in this process
-    cfg = LaunchConfig(world_size=2, **FAST)
+    cfg = LaunchConfig(nproc_per_node=2, **FAST)
     done = launch(ENTRY, {"steps": 2}, cfg, quiet=True)
     assert len(done.result["ranks"]) == 2
     assert not done.run_dir.exists() and list(tmp_path.iterdir()) == []
@@ -129,22 +129,22 @@ def test_default_port_is_free():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(world_size=0), "world_size must be an integer >= 1, got 0"),
-    (dict(world_size=-1), "world_size"),
-    (dict(world_size="2"), "world_size"),
-    (dict(world_size=2, nnodes=2, node_rank=2, rdzv_endpoint="h:1"), "node_rank must be in 0..1"),
-    (dict(world_size=1, nnodes=2), "rdzv_endpoint"),
-    (dict(world_size=1, rdzv_endpoint="nohost"), "rdzv_endpoint must be host:port"),
-    (dict(world_size=1, backend="nccl"), "nccl needs CUDA"),
-    (dict(world_size=1, backend="mpi"), "backend must be"),
-    (dict(world_size=64), "exceeds the"),
-    (dict(world_size=1, pg_timeout_s=0), "pg_timeout_s"),
-    (dict(world_size=1, join_timeout_s=0), "join_timeout_s"),
-    (dict(world_size=1, join_timeout_s="600"), "join_timeout_s"),
-    (dict(world_size=1, local_addr=""), "local_addr must be"),
-    (dict(world_size=1, local_addr="node 1"), "local_addr must be"),
-    (dict(world_size=1, local_addr=10), "local_addr must be"),
-    (dict(world_size=1, local_addr="node1:29500"), "local_addr is an address without port"),
+    (dict(nproc_per_node=0), "nproc_per_node must be an integer >= 1, got 0"),
+    (dict(nproc_per_node=-1), "nproc_per_node"),
+    (dict(nproc_per_node="2"), "nproc_per_node"),
+    (dict(nproc_per_node=2, nnodes=2, node_rank=2, rdzv_endpoint="h:1"), "node_rank must be in 0..1"),
+    (dict(nproc_per_node=1, nnodes=2), "rdzv_endpoint"),
+    (dict(nproc_per_node=1, rdzv_endpoint="nohost"), "rdzv_endpoint must be host:port"),
+    (dict(nproc_per_node=1, backend="nccl"), "nccl needs CUDA"),
+    (dict(nproc_per_node=1, backend="mpi"), "backend must be"),
+    (dict(nproc_per_node=64), "exceeds the"),
+    (dict(nproc_per_node=1, pg_timeout_s=0), "pg_timeout_s"),
+    (dict(nproc_per_node=1, join_timeout_s=0), "join_timeout_s"),
+    (dict(nproc_per_node=1, join_timeout_s="600"), "join_timeout_s"),
+    (dict(nproc_per_node=1, local_addr=""), "local_addr must be"),
+    (dict(nproc_per_node=1, local_addr="node 1"), "local_addr must be"),
+    (dict(nproc_per_node=1, local_addr=10), "local_addr must be"),
+    (dict(nproc_per_node=1, local_addr="node1:29500"), "local_addr is an address without port"),
 ])
 def test_bad_launch_config_names_the_field(kwargs, message):
     if kwargs.get("backend") == "nccl":
@@ -161,7 +161,7 @@ def test_validation_holds_under_python_O(tmp_path):
                            "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
-    assert "world_size must be an integer >= 1, got 0" in proc.stderr
+    assert "--world-size must be an integer >= 1, got 0" in proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 
@@ -266,7 +266,7 @@ def test_an_agent_whose_supervisor_died_before_it_looked_starts_no_ranks(tmp_pat
     dead.wait()
     run_dir = tmp_path / "swinkit-run-orphan"
     run_dir.mkdir()
-    cfg = LaunchConfig(world_size=2, **FAST)
+    cfg = LaunchConfig(nproc_per_node=2, **FAST)
     (run_dir / "job.json").write_text(json.dumps(dict(
         entry=ENTRY, kwargs={"steps": 100000}, launch=asdict(cfg), backend="gloo",
         endpoint=f"localhost:{free_port()}", run_id=cfg.rdzv_id, temporary=True,
@@ -286,7 +286,7 @@ def test_an_agent_orphaned_in_the_rendezvous_removes_its_temp_folder(tmp_path, n
     from dataclasses import asdict
     run_dir = tmp_path / "swinkit-run-rendezvous"
     run_dir.mkdir()
-    cfg = LaunchConfig(world_size=1, nnodes=2, node_rank=0, join_timeout_s=120.0,
+    cfg = LaunchConfig(nproc_per_node=1, nnodes=2, node_rank=0, join_timeout_s=120.0,
                        rdzv_endpoint=f"localhost:{free_port()}")
     supervisor = subprocess.Popen([sys.executable, "-c", (
         "import json, os, subprocess, sys, time\n"
@@ -359,7 +359,7 @@ def test_two_nodes_on_localhost(tmp_path, no_orphans):
     endpoint = f"127.0.0.1:{free_port()}"
 
     def node(rank):
-        cfg = LaunchConfig(world_size=2, nnodes=2, node_rank=rank, rdzv_endpoint=endpoint,
+        cfg = LaunchConfig(nproc_per_node=2, nnodes=2, node_rank=rank, rdzv_endpoint=endpoint,
                            allow_oversubscribe=True, **FAST)
         return launch(ENTRY, {"steps": 3}, cfg, run_dir=tmp_path / f"node{rank}", quiet=True)
 
@@ -377,19 +377,19 @@ def test_two_nodes_on_localhost(tmp_path, no_orphans):
 
 @pytest.mark.parametrize("addr", [None, "10.0.0.7", "fe80::1", "node-01.cluster.example"])
 def test_good_local_addr_is_accepted(addr):
-    LaunchConfig(world_size=1, local_addr=addr).validate()
+    LaunchConfig(nproc_per_node=1, local_addr=addr).validate()
 
 
 def test_join_timeout_is_its_own_setting():
     """srun may start nodes minutes apart: the rendezvous waits torch's 600 s, not the
     process-group timeout."""
-    cfg = LaunchConfig(world_size=1)
+    cfg = LaunchConfig(nproc_per_node=1)
     assert (cfg.join_timeout_s, cfg.pg_timeout_s) == (600.0, 60.0)
 
 
 def _job(**launch_fields):
     from dataclasses import asdict
-    cfg = LaunchConfig(world_size=2, nnodes=2, node_rank=1, rdzv_endpoint="head:29500",
+    cfg = LaunchConfig(nproc_per_node=2, nnodes=2, node_rank=1, rdzv_endpoint="head:29500",
                        **launch_fields)
     return {"launch": asdict(cfg), "run_id": "r", "endpoint": "head:29500"}
 
@@ -477,7 +477,7 @@ def test_rank_sees_local_addr_and_nccl_interface_for_gloo(tmp_path, no_orphans):
     import pathlib
     path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, path)), "NCCL_SOCKET_IFNAME": "lo"}
-    cfg = LaunchConfig(world_size=1, local_addr="127.0.0.1", backend="gloo", **FAST)
+    cfg = LaunchConfig(nproc_per_node=1, local_addr="127.0.0.1", backend="gloo", **FAST)
     result = launch("test_launch:network_seen", {}, cfg, run_dir=tmp_path / "run", env=env,
                     quiet=True).result
     assert result["ranks"] == [{"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}]
@@ -532,7 +532,7 @@ def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphan
         pytest.skip("needs a GPU (NCCL)")
     path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, path))}
-    cfg = LaunchConfig(world_size=1, backend="nccl", pg_timeout_s=5.0, join_timeout_s=5.0,
+    cfg = LaunchConfig(nproc_per_node=1, backend="nccl", pg_timeout_s=5.0, join_timeout_s=5.0,
                        wall_timeout_s=STALL_S + 60)
     with pytest.raises(LaunchError) as info:
         launch("test_launch:stall_collective", {"seconds": STALL_S}, cfg,
@@ -543,14 +543,18 @@ def test_nccl_watchdog_abort_is_read_as_a_timeout_not_a_kill(tmp_path, no_orphan
     assert (d.cause, d.rank) == ("hung", 0) and "SIGABRT" in d.summary, d.summary
 
 
-def test_a_run_spec_states_its_world_size_once():
-    """The spec's world size is the launch's, whatever the launch settings were made with: a
-    sweep that changes world_size need not edit launch too."""
+def test_a_run_spec_states_its_ranks_per_node_once():
+    """The spec's ranks per node are the launch's, whatever the launch settings were made
+    with: a sweep that changes nproc_per_node need not edit launch too. ``world_size`` is
+    every rank: ranks per node times nodes."""
     from dataclasses import replace
 
     from swinkit.launch import LaunchConfig
     from swinkit.runs.ddp_run import DDPRunSpec
-    spec = DDPRunSpec(world_size=2, launch=LaunchConfig(world_size=2, pg_timeout_s=30.0))
-    moved = replace(spec, world_size=4).launch_config()
-    assert (moved.world_size, moved.pg_timeout_s) == (4, 30.0)
-    assert DDPRunSpec(world_size=3).launch_config().world_size == 3
+    spec = DDPRunSpec(nproc_per_node=2, launch=LaunchConfig(nproc_per_node=2, pg_timeout_s=30.0))
+    moved = replace(spec, nproc_per_node=4).launch_config()
+    assert (moved.nproc_per_node, moved.world_size, moved.pg_timeout_s) == (4, 4, 30.0)
+    assert DDPRunSpec(nproc_per_node=3).launch_config().world_size == 3
+    nodes = DDPRunSpec(nproc_per_node=2, launch=LaunchConfig(
+        nproc_per_node=1, nnodes=3, rdzv_endpoint="node0:29500"))
+    assert (nodes.world_size, nodes.launch_config().nproc_per_node) == (6, 2)

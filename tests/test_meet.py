@@ -25,7 +25,7 @@ def test_local_steps_meet_at_ddps_blocking_points_and_the_costs_leave_the_wait_o
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
     from swinkit.injection import Injection
     delay_s = 2 * DATA_MS / 1e3
-    out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, local=True,
+    out = run_ddp(DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2, local=True,
                              ddp=DDPOptions(grad_accum=2),
                              injection=Injection(data_ms=DATA_MS, ranks=(1,))))
     ranks = {r["rank"]: r for r in out["ranks"]}

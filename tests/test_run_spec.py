@@ -16,7 +16,7 @@ from swinkit.runs.ddp_run import DDPRunSpec
 def test_the_spec_crosses_the_hop_as_json_and_comes_back_equal():
     """Every field the rank needs, through JSON (what job.json holds) and back: two --inject
     specs with their own ranks, DDP options, overrides; the launch settings stay behind."""
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, workers=0, seed=3,
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2, workers=0, seed=3,
                       injection=parse_injections(["data_ms=60,ranks=0", "backward_ms=50,ranks=1"]),
                       overrides={"images_per_rank": 1}, ddp=DDPOptions(grad_accum=2),
                       paired=True, precision="bf16")
@@ -38,12 +38,12 @@ def test_the_spec_crosses_the_hop_as_json_and_comes_back_equal():
 def test_the_precision_is_resolved_and_checked_before_launch():
     """None is the preset's (fp32 here); a name is checked against the device the backend
     decides (gloo: CPU, where fp16 is refused), before any process starts."""
-    cfg, _ = DDPRunSpec(preset="test", world_size=1).validate()
-    assert DDPRunSpec(preset="test", world_size=1).for_ranks(cfg)["precision"] == "fp32"
+    cfg, _ = DDPRunSpec(preset="test", nproc_per_node=1).validate()
+    assert DDPRunSpec(preset="test", nproc_per_node=1).for_ranks(cfg)["precision"] == "fp32"
     with pytest.raises(ValueError, match="precision must be one of"):
-        DDPRunSpec(preset="test", world_size=1, precision="amp").validate()
+        DDPRunSpec(preset="test", nproc_per_node=1, precision="amp").validate()
     with pytest.raises(ValueError, match="fp16 is refused on CPU"):
-        DDPRunSpec(preset="test", world_size=1, precision="fp16").validate()
+        DDPRunSpec(preset="test", nproc_per_node=1, precision="fp16").validate()
 
 
 @pytest.mark.parametrize("fields, message", [

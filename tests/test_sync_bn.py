@@ -216,7 +216,7 @@ def test_paired_run_keeps_syncbn_on_the_timeline_and_out_of_the_local_steps(data
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
     def run(world_size, paired):
-        spec = DDPRunSpec(preset="test", world_size=world_size, iters=4, warmup=2, workers=0,
+        spec = DDPRunSpec(preset="test", nproc_per_node=world_size, iters=4, warmup=2, workers=0,
                           data_root=str(data_root), overrides={"cpu_sync_bn": True},
                           paired=paired)
         return run_ddp(spec, progress=lambda s: None)

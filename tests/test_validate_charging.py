@@ -170,4 +170,4 @@ def test_bad_thresholds_exit_2_naming_the_option(monkeypatch, capsys, args, fiel
 
 def _spec(injection: Injection, iters: int = 10):
     from swinkit.runs.ddp_run import DDPRunSpec
-    return DDPRunSpec(preset="test", world_size=2, iters=iters, warmup=2, injection=injection)
+    return DDPRunSpec(preset="test", nproc_per_node=2, iters=iters, warmup=2, injection=injection)

@@ -277,7 +277,7 @@ def test_catalogue_names_and_selection():
 
 def test_remedy_applies_to_a_spec_and_keeps_whole_steps():
     from swinkit.runs.ddp_run import DDPRunSpec
-    spec = DDPRunSpec(preset="test", world_size=2, iters=9, warmup=3)
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=9, warmup=3)
     out = CATALOGUE["accum_4"].apply(spec, preset_workers=0)
     assert (out.iters, out.warmup, out.ddp.grad_accum) == (12, 4, 4)
     out = CATALOGUE["workers_plus2"].apply(spec, preset_workers=1)
@@ -300,17 +300,17 @@ def test_spec_rejects_partial_steps_and_hook_with_comm_injection():
     from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.injection import Injection
     with pytest.raises(ValueError, match="multiples of grad_accum"):
-        DDPRunSpec(preset="test", world_size=1, iters=5, warmup=2,
+        DDPRunSpec(preset="test", nproc_per_node=1, iters=5, warmup=2,
                    ddp=DDPOptions(grad_accum=2)).validate()
     with pytest.raises(ValueError, match="comm_hook bf16 cannot be combined"):
-        DDPRunSpec(preset="test", world_size=1, ddp=DDPOptions(comm_hook="bf16"),
+        DDPRunSpec(preset="test", nproc_per_node=1, ddp=DDPOptions(comm_hook="bf16"),
                    injection=Injection(comm_ms=5)).validate()
     # PowerSGD's first two optimizer steps send uncompressed gradients: 2 steps of k=2 are 4
     # warm-up iterations; 2 would measure an uncompressed step
     with pytest.raises(ValueError, match=r"warmup \(2\) must be at least 2 x grad_accum \(4\)"):
-        DDPRunSpec(preset="test", world_size=1, iters=4, warmup=2,
+        DDPRunSpec(preset="test", nproc_per_node=1, iters=4, warmup=2,
                    ddp=DDPOptions(comm_hook="powersgd", grad_accum=2)).validate()
-    DDPRunSpec(preset="test", world_size=1, iters=4, warmup=4,
+    DDPRunSpec(preset="test", nproc_per_node=1, iters=4, warmup=4,
                ddp=DDPOptions(comm_hook="powersgd", grad_accum=2)).validate()
 
 
@@ -319,7 +319,7 @@ def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
     """grad_accum=2 at N=2: only every second micro-batch has gradient buckets on the
     timeline, and each such micro-batch reduces every gradient byte once."""
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2,
+    out = run_ddp(DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2,
                              ddp=DDPOptions(grad_accum=2)))
     for rank in out["ranks"]:
         its = rank["timeline"][2:]
@@ -365,7 +365,7 @@ def test_components_measure_contention_beside_the_local_loop(no_orphans):
     all-reduces beside backward; the extra iterations stay out of the local run's results."""
     from swinkit.runs.component_costs import costs
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    out = run_ddp(DDPRunSpec(preset="test", world_size=2, iters=3, warmup=1, local=True))
+    out = run_ddp(DDPRunSpec(preset="test", nproc_per_node=2, iters=3, warmup=1, local=True))
     for rank in out["ranks"]:
         c = rank["contention"]
         assert len(rank["timeline"]) == 4 and len(rank["loss"]) == 3
@@ -459,7 +459,7 @@ def test_paired_run_measures_ddp_and_its_components_in_one_launch(no_orphans):
     from swinkit.rank.components import module_buffers
     from swinkit.runs.component_costs import predict_from
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True)
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2, paired=True)
     out = run_ddp(spec)
     for rank in out["ranks"]:
         assert len(rank["timeline"]) == 6 and len(rank["loss"]) == 4
@@ -502,7 +502,7 @@ def test_an_injection_reaches_both_kinds_of_step_of_a_paired_launch(no_orphans):
     barriers between kinds in no iteration)."""
     from swinkit.injection import Injection
     from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
-    spec = DDPRunSpec(preset="test", world_size=2, iters=4, warmup=2, paired=True,
+    spec = DDPRunSpec(preset="test", nproc_per_node=2, iters=4, warmup=2, paired=True,
                       injection=Injection(compute_ms=30, ranks=(0,)))
     out = run_ddp(spec)
     zero, one = out["ranks"]

@@ -98,7 +98,7 @@ def run_measurements(preset: str, batch: int, iters: int) -> tuple[list[dict], d
                 f"{100 * step['mfu']:.1f} % of the {math} peak "
                 f"({flops_text(fb['matmul_peak_flops'])} measured), peak memory "
                 f"{fb['peak_memory_mib']:.0f} MiB", "a figure", None)]
-    over = instrumentation_overhead(DDPRunSpec(preset=preset, world_size=1, iters=iters,
+    over = instrumentation_overhead(DDPRunSpec(preset=preset, nproc_per_node=1, iters=iters,
                                                warmup=2), repeats=2)
     rows.append(row("measure", f"{preset} DDP iteration at 1 rank: instrumented vs bare",
                     f"{1e3 * over['instrumented_median_s']:.1f} vs "

@@ -24,7 +24,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    spec = DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
+    spec = DDPRunSpec(preset=args.preset, nproc_per_node=args.world_size, iters=args.iters,
                       warmup=args.warmup)
     result = instrumentation_overhead(spec, repeats=args.repeats)
     print(f"bare {result['bare_median_s']:.4f} s, instrumented {result['instrumented_median_s']:.4f} s"

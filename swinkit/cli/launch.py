@@ -39,16 +39,19 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_spec(args):
-    """The :class:`~swinkit.runs.ddp_run.DDPRunSpec` the ``ddp`` options describe."""
+    """The :class:`~swinkit.runs.ddp_run.DDPRunSpec` the ``ddp`` options describe
+    (``--world-size``: ranks per node, the spec's ``nproc_per_node``)."""
+    from swinkit.input_checks import check_int
     from swinkit.launch import LaunchConfig
     from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.injection import parse_injections
+    check_int("--world-size", args.world_size)  # named as the user gave it
     launch = LaunchConfig(
-        world_size=args.world_size, nnodes=args.nnodes, node_rank=args.node_rank,
+        nnodes=args.nnodes, node_rank=args.node_rank,
         rdzv_endpoint=args.rdzv_endpoint, local_addr=args.local_addr, backend=args.backend,
         pg_timeout_s=args.pg_timeout, join_timeout_s=args.join_timeout, wall_timeout_s=args.timeout,
         threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
-    return DDPRunSpec(preset=args.preset, world_size=args.world_size, iters=args.iters,
+    return DDPRunSpec(preset=args.preset, nproc_per_node=args.world_size, iters=args.iters,
                       warmup=args.warmup, workers=args.workers,
                       injection=parse_injections(args.inject), data_root=args.data_root,
                       overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,

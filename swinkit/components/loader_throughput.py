@@ -108,7 +108,7 @@ def loader_sweep(preset: str, world_sizes, workers=(0, 1, 2, 4), batches: int = 
             continue
         progress(f"  model demand: world size {ws}")
         # the median of a few iterations: demand is compute time, which varies little
-        spec = DDPRunSpec(preset=preset, world_size=ws, iters=4, warmup=1, launch=lc)
+        spec = DDPRunSpec(preset=preset, nproc_per_node=ws, iters=4, warmup=1, launch=lc)
         sweep.run(("demand", ws), lambda spec=spec: _demand(run_ddp(spec, progress=progress)),
                   progress)
     return sweep

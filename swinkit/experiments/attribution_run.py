@@ -41,7 +41,7 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
     # measurement alike. Separate launches differed by up to 10 % here, in both directions.
     for k in range(repeats):
         for ws in world_sizes:
-            lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
+            lc = LaunchConfig(nproc_per_node=ws, allow_oversubscribe=oversubscribe_allowed())
             spec = _spec(preset, ws, iters, warmup, lc, injection, images[ws])
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP iterations and their "
                      f"components, alternating ({warmup} + {iters} of each), then the "
@@ -55,7 +55,7 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
     isolated = {}
     for ws in world_sizes:
         r, pred = runs[ws][0], predicted[ws]
-        lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
+        lc = LaunchConfig(nproc_per_node=ws, allow_oversubscribe=oversubscribe_allowed())
         progress(f"[world size {ws}] loader supply with {r['loader_workers']} workers per rank")
         supply = launch("swinkit.components.loader_throughput:loader_rank",
                         dict(preset=preset, data_root=None, workers=r["loader_workers"],
@@ -85,7 +85,7 @@ def _median_prediction(predictions: list[dict]) -> dict:
 
 
 def _spec(preset, ws, iters, warmup, lc, injection, images: int) -> DDPRunSpec:
-    return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
+    return DDPRunSpec(preset=preset, nproc_per_node=ws, iters=iters, warmup=warmup, launch=lc,
                       injection=injection.for_world_size(ws),
                       overrides={"images_per_rank": images}, paired=True)
 

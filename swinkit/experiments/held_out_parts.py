@@ -92,8 +92,8 @@ def earlier_timings(history: dict, first: int) -> dict:
 
 def paired_spec(preset, ws, iters, warmup, injection, images) -> DDPRunSpec:
     """The spec ``--run`` launches (paired, weak scaling): measured alike at every size."""
-    lc = LaunchConfig(world_size=ws, allow_oversubscribe=oversubscribe_allowed())
-    return DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup, launch=lc,
+    lc = LaunchConfig(allow_oversubscribe=oversubscribe_allowed())
+    return DDPRunSpec(preset=preset, nproc_per_node=ws, iters=iters, warmup=warmup, launch=lc,
                       injection=injection.for_world_size(ws),
                       overrides={"images_per_rank": images}, paired=True)
 

@@ -61,7 +61,7 @@ def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print,
     def node(k: int):
         # gloo on any machine: under NCCL both one-rank "nodes" would take GPU 0 (NCCL
         # refuses two ranks on one GPU), and what is timed is loopback's plumbing anyway
-        cfg = LaunchConfig(world_size=RANKS_PER_NODE, nnodes=nodes, node_rank=k, backend="gloo",
+        cfg = LaunchConfig(nproc_per_node=RANKS_PER_NODE, nnodes=nodes, node_rank=k, backend="gloo",
                            rdzv_endpoint=endpoint, allow_oversubscribe=True,
                            join_timeout_s=timeout_s, wall_timeout_s=timeout_s)
         return launch(f"{__name__}:internode_rank", {"bucket_bytes": list(bucket_bytes)}, cfg,

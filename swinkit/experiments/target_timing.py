@@ -22,7 +22,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
              "loaders at once, the buckets' all-reduces and the buffer broadcast")
     # over the backend the basis ran on, which decides the device (a basis kept before it
     # was recorded: the one a run here would take)
-    lc = LaunchConfig(world_size=world_size, backend=probe.get("backend", "auto"),
+    lc = LaunchConfig(nproc_per_node=world_size, backend=probe.get("backend", "auto"),
                       allow_oversubscribe=oversubscribe_allowed())
     ranks = launch("swinkit.experiments.target_probes:target_rank",
                    dict(preset=preset, workers=basis["host"]["loader_workers"],

@@ -94,11 +94,11 @@ class ValidateSpec:
     def run_spec(self, world_size: int, case: str, placement: str,
                  images_per_rank: int = 1) -> DDPRunSpec:
         """The run of one cell (``placement``: all, one, or a rank's number)."""
-        launch = LaunchConfig(world_size=world_size, allow_oversubscribe=self.oversubscribe,
+        launch = LaunchConfig(allow_oversubscribe=self.oversubscribe,
                               wall_timeout_s=self.wall_timeout_s)
         iters = self.iters * (cells_.SMALL_ITERS if case == scoring.SMALL_DELAY else 1)
         # workers 0: data_ms with every=2 needs the loading in step with the iterations
-        return DDPRunSpec(preset=self.preset, world_size=world_size, iters=iters,
+        return DDPRunSpec(preset=self.preset, nproc_per_node=world_size, iters=iters,
                           warmup=self.warmup, workers=0, data_root=self.data_root,
                           injection=self.injection(case, placement, world_size, images_per_rank),
                           launch=launch)

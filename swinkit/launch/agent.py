@@ -44,7 +44,7 @@ def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
     """
     spec = job["launch"]
     return LaunchConfig(
-        min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["world_size"],
+        min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["nproc_per_node"],
         run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
         rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": spec["node_rank"] == 0},
         local_addr=spec.get("local_addr"),

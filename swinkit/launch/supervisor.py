@@ -56,7 +56,9 @@ class LaunchConfig:
     """How to start the ranks. Validated by :meth:`validate` before any process starts.
 
     Attributes:
-        world_size: ranks per node (one per GPU with nccl; CPU processes with gloo).
+        nproc_per_node: ranks per node (one per GPU with nccl; CPU processes with gloo), as
+            torchrun names it; ``world_size`` is every rank, this times ``nnodes``. A run
+            spec's launch takes the spec's own (:class:`swinkit.runs.ddp_run.DDPRunSpec`).
         nnodes, node_rank, rdzv_endpoint: multi-node rendezvous; a free localhost port by default.
         backend: "gloo" or "nccl" ("auto": nccl when CUDA is present).
         pg_timeout_s: process-group timeout (torch's default is 30 min for gloo); also how long
@@ -75,7 +77,7 @@ class LaunchConfig:
         allow_oversubscribe: permit more CPU ranks than cores.
         rdzv_id: rendezvous id; every node of one multi-node run must use the same one.
     """
-    world_size: int
+    nproc_per_node: int = 1
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
@@ -88,6 +90,11 @@ class LaunchConfig:
     rdzv_id: str = "swinkit"
     local_addr: str | None = None
 
+    @property
+    def world_size(self) -> int:
+        """Every rank of the run: ranks per node times nodes."""
+        return self.nproc_per_node * self.nnodes
+
     def resolved_backend(self) -> str:
         if self.backend != "auto":
             return self.backend
@@ -95,7 +102,7 @@ class LaunchConfig:
         return "nccl" if torch.cuda.is_available() else "gloo"
 
     def validate(self) -> "LaunchConfig":
-        check_int("world_size", self.world_size)
+        check_int("nproc_per_node", self.nproc_per_node)
         check_int("nnodes", self.nnodes)
         check_int("threads_per_rank", self.threads_per_rank)
         for name in ("pg_timeout_s", "join_timeout_s", "wall_timeout_s"):
@@ -115,13 +122,14 @@ class LaunchConfig:
             gpus = torch.cuda.device_count()
             if gpus == 0:
                 raise ValueError("backend nccl needs CUDA, and no GPU is visible; use gloo")
-            if self.world_size > gpus:
-                raise ValueError(f"world_size {self.world_size} > {gpus} GPUs on this node")
+            if self.nproc_per_node > gpus:
+                raise ValueError(f"nproc_per_node {self.nproc_per_node} > {gpus} GPUs on this "
+                                 "node")
         elif not self.allow_oversubscribe:
             cores = os.cpu_count() or 1
-            if self.world_size * self.threads_per_rank > cores:
+            if self.nproc_per_node * self.threads_per_rank > cores:
                 raise ValueError(
-                    f"world_size {self.world_size} x threads_per_rank {self.threads_per_rank} "
+                    f"nproc_per_node {self.nproc_per_node} x threads_per_rank {self.threads_per_rank} "
                     f"exceeds the {cores} CPU cores; pass allow_oversubscribe to run anyway")
         return self
 
@@ -202,7 +210,7 @@ def launch(entry: str, kwargs: dict, cfg: LaunchConfig, run_dir: str | Path | No
     wall = time.monotonic() - start
     # Single node: ranks are 0..N-1. Multi-node: the rendezvous numbers this node's ranks, so
     # only the records found here are known.
-    expected = range(cfg.world_size) if cfg.nnodes == 1 else None
+    expected = range(cfg.nproc_per_node) if cfg.nnodes == 1 else None
     # A rank missing from the process group is waited for by init_process_group, for
     # pg_timeout_s (join_timeout_s bounds the agents' rendezvous, before any rank starts).
     diagnosis = diagnose(run_dir, expected, agent.returncode,

@@ -23,13 +23,13 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_dp_devices(world_size: int, gpus: int | None = None) -> None:
-    """DataParallel drives ``world_size`` GPUs from one process; EngineUnavailable otherwise."""
-    check_int("world_size", world_size)
+def check_dp_devices(n_devices: int, gpus: int | None = None) -> None:
+    """DataParallel drives ``n_devices`` GPUs from one process; EngineUnavailable otherwise."""
+    check_int("n_devices", n_devices)
     gpus = gpu_count() if gpus is None else gpus
     if gpus == 0:
         raise EngineUnavailable("DataParallel needs CUDA GPUs (one process drives N of them; at "
                                 "least 2 to communicate); this machine has none")
-    if world_size > gpus:
-        raise EngineUnavailable(f"DataParallel at world size {world_size} needs {world_size} "
+    if n_devices > gpus:
+        raise EngineUnavailable(f"DataParallel at world size {n_devices} needs {n_devices} "
                                 f"GPUs; this machine has {gpus}")

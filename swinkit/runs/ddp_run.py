@@ -33,30 +33,34 @@ class DDPRunSpec(RunSpec):
     """A :class:`~swinkit.run_spec.RunSpec` and how to launch it: the supervisor's spec.
 
     Attributes:
-        world_size: ranks per node.
+        nproc_per_node: ranks per node (``swinkit ddp --world-size``).
         launch: the launch's settings (backend, timeouts, nodes, threads per rank, ...); its
             own ranks per node are this spec's.
     """
-    world_size: int = 2
+    nproc_per_node: int = 2
     launch: LaunchConfig | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Every rank of the run: ranks per node times the launch's nodes."""
+        return self.launch_config().world_size
 
     def launch_config(self) -> LaunchConfig:
         """How to launch: ``launch``'s settings (backend, timeouts, nodes, ...) with this spec's
-        ``world_size``, the one place a run's world size is stated (a changed world size needs
-        no second edit of ``launch``)."""
+        ``nproc_per_node``, the one place a run's ranks per node are stated (a changed size
+        needs no second edit of ``launch``)."""
         if self.launch is None:
-            return LaunchConfig(world_size=self.world_size)
-        return dataclasses.replace(self.launch, world_size=self.world_size)
+            return LaunchConfig(nproc_per_node=self.nproc_per_node)
+        return dataclasses.replace(self.launch, nproc_per_node=self.nproc_per_node)
 
     def validate(self):
         """Everything checkable before a process starts; ValueError names field and value.
         Returns (the preset's config on the device the backend decides, the launch config)."""
         self.check()
         lc = self.launch_config().validate()
-        total = lc.world_size * lc.nnodes
-        bad = [r for r in self.injection.named_ranks() if r >= total]
+        bad = [r for r in self.injection.named_ranks() if r >= lc.world_size]
         if bad:
-            raise ValueError(f"--inject ranks {bad} do not exist at world size {total}")
+            raise ValueError(f"--inject ranks {bad} do not exist at world size {lc.world_size}")
         # The backend decides the device: gloo ranks run on CPU whatever the preset says.
         device = "cuda" if lc.resolved_backend() == "nccl" else "cpu"
         cfg = load_config(self.preset, self.data_root, self.overrides, device=device)
@@ -86,9 +90,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
     if run.result is None:  # multi-node: rank 0, which gathers the results, ran elsewhere
         return None
     ranks = run.result["ranks"]
-    world = lc.world_size * lc.nnodes
     out = {
-        "world_size": world, "nnodes": lc.nnodes, "backend": lc.resolved_backend(),
+        "world_size": lc.world_size, "nnodes": lc.nnodes, "backend": lc.resolved_backend(),
         "device": ranks[0]["device"], "preset": spec.preset, "iterations": spec.iters,
         "warmup": spec.warmup, "bare": spec.bare, "injection": spec.injection.to_dict(),
         "injection_text": spec.injection.describe() if spec.injection.active else None,

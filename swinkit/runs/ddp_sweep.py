@@ -46,7 +46,7 @@ def ddp_sweep(preset: str, world_sizes=WORLD_SIZES, iters: int = 10, warmup: int
     images = images or images_per_rank(preset, runnable or [1], scaling)
     for ws in runnable:
         progress(f"  DDP iteration, preset {preset}, world size {ws}: {warmup} + {iters} iterations")
-        spec = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
+        spec = DDPRunSpec(preset=preset, nproc_per_node=ws, iters=iters, warmup=warmup,
                           workers=workers, injection=injection.for_world_size(ws),
                           launch=sweep_launch(ws, wall_timeout_s),
                           overrides={"images_per_rank": images[ws]}, paired=paired)

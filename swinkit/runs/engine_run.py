@@ -47,12 +47,12 @@ def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=prin
                       comm_pass_iters=spec.comm_pass_iters)
         env = {"DS_ACCELERATOR": "cuda" if cfg.device == "cuda" else "cpu"}
         run = launch(DS_ENTRY, kwargs, lc, run_dir=run_dir, env=env, quiet=quiet)
-        world = lc.world_size * lc.nnodes
+        world = lc.world_size
         backend = lc.resolved_backend()
     else:
         kwargs = {k: v for k, v in common.items() if k != "device"}
         kwargs.update(n_devices=spec.run.world_size, vanilla=spec.engine == "dp-vanilla")
-        one = LaunchConfig(world_size=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
+        one = LaunchConfig(nproc_per_node=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
                            wall_timeout_s=lc.wall_timeout_s, pg_timeout_s=lc.pg_timeout_s,
                            join_timeout_s=lc.join_timeout_s)
         run = launch(DP_ENTRY, kwargs, one, run_dir=run_dir, quiet=quiet)
@@ -96,7 +96,7 @@ def run_engines(keys, world_sizes, run, grad_accum: int = 1, progress=print, qui
     from swinkit.launch import LaunchError
     results, skipped, failed = {}, {}, {}
     for ws in world_sizes:
-        base = dataclasses.replace(run, world_size=ws)
+        base = dataclasses.replace(run, nproc_per_node=ws)
         for key in keys:
             spec = spec_for_key(key, base, grad_accum=grad_accum, **spec_kw)
             try:
@@ -121,7 +121,7 @@ def run_engines_by_k(keys, world_sizes, run, ks, progress=print, quiet=True, **s
     not after the smaller K's runs."""
     for k in ks:
         for ws in world_sizes:
-            base = dataclasses.replace(run, world_size=ws)
+            base = dataclasses.replace(run, nproc_per_node=ws)
             for key in keys:
                 spec = spec_for_key(key, base, grad_accum=k, **spec_kw)
                 try:
@@ -184,7 +184,7 @@ def engine_sweep(preset: str, keys=COMPARED, world_sizes=(1, 2, 4, 8), grad_accu
                         "grad_accum": grad_accum, "environment": environment()})
     plan = plan_world_sizes(world_sizes)
     for ws in world_sizes:
-        run = DDPRunSpec(preset=preset, world_size=ws, iters=iters, warmup=warmup,
+        run = DDPRunSpec(preset=preset, nproc_per_node=ws, iters=iters, warmup=warmup,
                          launch=sweep_launch(ws, wall_timeout_s))
         for key in keys:
             spec = spec_for_key(key, run, grad_accum=grad_accum)

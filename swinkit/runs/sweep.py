@@ -66,7 +66,7 @@ def plan_world_sizes(world_sizes: Iterable[int], backend: str | None = None,
 def sweep_launch(world_size: int, wall_timeout_s: float) -> LaunchConfig:
     """The launch of one world size of a sweep: oversubscribed only where the user said so
     (plan_world_sizes has already skipped what this machine cannot hold otherwise)."""
-    return LaunchConfig(world_size=world_size, allow_oversubscribe=oversubscribe_allowed(),
+    return LaunchConfig(nproc_per_node=world_size, allow_oversubscribe=oversubscribe_allowed(),
                         wall_timeout_s=wall_timeout_s)
 
 
