@@ -11,7 +11,7 @@ formulas = module("swinkit.attribution.scaling")  # torch-free arithmetic (param
 # Imported when setup_cache runs, not here (see common.py: track processes import no torch).
 ddp_sweep = lazy("swinkit.runs.ddp_sweep:ddp_sweep")
 _strong_scaling = lazy("swinkit.runs.ddp_sweep:with_strong_scaling")
-_held_out = lazy("swinkit.experiments.predict_run:held_out_from_sweep")
+_held_out = lazy("swinkit.predict.supervisor.held_out:held_out_from_sweep")
 _store_held_out = lazy("swinkit.run_suite:store_held_out")
 # the default asv run holds to 12 minutes on 2 CPU cores: the strong-scaling runs (world size
 # 1 with N times the images, about 50 s there) only with SWINKIT_DDP=all

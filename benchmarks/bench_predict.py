@@ -16,7 +16,7 @@ from .bench_ddp import _DDPRun
 PREDICTORS = ["model", "perfect", "plus_allreduce"]
 _ITERATION_KEYS = {"model": "predicted_iter_s", "perfect": "perfect_scaling_s",
                    "plus_allreduce": "plus_allreduce_s"}
-# swinkit.attribution.miss_split.TERMS, spelled out: a benchmark file imports no swinkit module
+# swinkit.predict.numbers.miss_split.TERMS, spelled out: a benchmark file imports no swinkit module
 # at import time (an older commit's may lack it); tests/test_default_suite.py holds them equal
 MISS_TERMS = ["compute", "loading", "communication", "contention", "rank_wait", "beyond_replay"]
 

@@ -30,6 +30,8 @@ FORMERLY = {
     "swinkit.components.loader_throughput": "swinkit.workloads.loader_throughput",
     "swinkit.experiments.remedies": "swinkit.workloads.remedies",
     "swinkit.experiments.whatif_run": "swinkit.workloads.whatif_run",
+    # the predictor, fenced into one subpackage (swinkit/predict/)
+    "swinkit.predict.supervisor.held_out": "swinkit.experiments.predict_run",
 }
 
 

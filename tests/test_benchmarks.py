@@ -337,7 +337,7 @@ def test_asv_quick_run_on_the_test_preset(asv_scratch, no_orphans):
     kept = list((asv_scratch.results.parent / "swinkit-held-out").glob("*/*.json"))
     assert [p.stem for p in kept] == [asv_scratch.commit[:8]]
     # and where its prediction of 2 missed, split over the run at 2's own components
-    from swinkit.attribution.miss_split import TERMS
+    from swinkit.predict.numbers.miss_split import TERMS
     two = json.loads(kept[0].read_text())["launches"][0]["targets"]["2"]
     split = two["miss_split"]
     assert "error" not in split and set(split["terms_s"]) == set(TERMS)

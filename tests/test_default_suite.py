@@ -164,7 +164,7 @@ def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(
     from benchmarks import bench_predict
     assert bench_predict.HeldOut().track_accuracy(sweep, "model") == 96.0
     # where the miss lay, one asv series per term of the split (the split's own names)
-    from swinkit.attribution.miss_split import TERMS
+    from swinkit.predict.numbers.miss_split import TERMS
     assert bench_predict.MISS_TERMS == list(TERMS)
     assert bench_predict.HeldOutMiss().track_miss(sweep, "compute") == -0.02
     assert math.isnan(bench_predict.HeldOutMiss().track_miss(sweep, "loading"))

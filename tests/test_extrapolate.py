@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from swinkit.attribution.extrapolate import Host, Target, core_slowdown, naive, predict_at
-from swinkit.attribution.links import Device, Link, fit_link, project, ring_allreduce_s, ring_target
-from swinkit.attribution.order_statistics import expected_max, median_max, quantile
+from swinkit.predict.numbers.extrapolate import Host, Target, core_slowdown, naive, predict_at
+from swinkit.predict.numbers.links import Device, Link, fit_link, project, ring_allreduce_s, ring_target
+from swinkit.predict.numbers.order_statistics import expected_max, median_max, quantile
 from swinkit.attribution.scaling import efficiency
 
 PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
@@ -248,7 +248,7 @@ def test_held_out_from_a_sweep_reads_the_run_at_2_only_after_predicting(monkeypa
     100 x (1 - 0.05 / 1.1).
     Only then are the run at 2's own components read, to split the miss: their forward of
     0.45 s (the prediction, had it read them, would be 1.1 s) is all of it, +0.05 s compute."""
-    from swinkit.experiments import predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
     from swinkit.runs.sweep import Sweep
 
     phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
@@ -330,7 +330,7 @@ def test_a_straggler_known_at_n_is_waited_for_by_every_rank():
     more: both ranks meet at the bucket, so the iteration is 1.2 s. The naive predictions
     know the injection too (every fact the model has): T(1) plus the 0.2 s it adds to the
     rank it slows, 1.2 s. Every 2nd iteration, 1.1 s on average. Rank 0 alone: the same."""
-    from swinkit.experiments.predict_run import predict_one
+    from swinkit.predict.supervisor.held_out import predict_one
     from swinkit.injection import Injection
 
     phases = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
@@ -380,7 +380,7 @@ def test_an_injection_the_run_predicted_from_had_is_not_added_again():
     injection on top of a basis that holds it gives). Injected on rank 0 alone: at 2 rank 1
     is 200 ms faster and waits at the bucket for rank 0, 1.2 s again. Rank 1 alone, from a
     run at 1 that did not have it (1.0 s): 1.2 s, as before."""
-    from swinkit.experiments.predict_run import predict_one
+    from swinkit.predict.supervisor.held_out import predict_one
     from swinkit.injection import Injection
 
     target = Target(2, [0.0], sync_wait_s=0.0)
@@ -406,7 +406,7 @@ def test_the_injection_taken_off_is_each_ranks_own_and_not_scaled_by_the_sharing
     ranks of 1 thread run at half speed: the clean 1.0 s doubles to 2.0 and the spin stays
     300 ms (2.3 s), where scaling the basis as measured gives 2.6 s. Every rank injected,
     from 1 on 2 cores: 2.0 + 0.3 = 2.3 s as well."""
-    from swinkit.experiments.predict_run import predict_one
+    from swinkit.predict.supervisor.held_out import predict_one
     from swinkit.injection import Injection
 
     straggler = Injection(compute_ms=300, ranks=(1,))
@@ -429,7 +429,7 @@ def test_an_optimizer_injection_costs_once_a_step_under_gradient_accumulation():
     the second, the bucket all-reduced there): 1.9 s a step, 0.95 s an iteration. 200 ms
     more in rank 1's optimizer step at N' = 2: 2.1 s a step (rank 0 waits at the bucket),
     1.05 s an iteration; added to both micro-batches it would read 1.15."""
-    from swinkit.experiments.predict_run import predict_one
+    from swinkit.predict.supervisor.held_out import predict_one
     from swinkit.injection import Injection
 
     def position(optimizer, ready):
@@ -454,7 +454,7 @@ def test_injections_a_held_out_prediction_cannot_take_are_refused_before_any_run
     depending on which of its steps were injected; a slower link every 2nd step: the
     all-reduces timed at N' move the larger payload every time. Both refused, naming
     --inject, before anything runs; every=2 on a rank only N' has is taken."""
-    from swinkit.experiments import predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
     from swinkit.injection import Injection
 
     for bad in (Injection(compute_ms=50, every=2), Injection(comm_scale=4, every=2)):
@@ -470,7 +470,7 @@ def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
     accurate, 1.25 of 1.0 is 75 %. The runs at 2 measured 2.0, 2.0, 1.5 s: 100 %, then 2.0 as
     a prediction of 1.5 is 66.7 %. A size not scored in every launch (4: in launches 1 and 3
     only, equal times that would read 100 %) and a single launch give nothing."""
-    from swinkit.experiments.predict_run import repeatability
+    from swinkit.predict.supervisor.held_out import repeatability
 
     launches = [{"measured_from": {1: t1}, "targets": {2: {"measured_iter_s": t2}, 4: {}}}
                 for t1, t2 in [(1.0, 2.0), (1.25, 2.0), (1.0, 1.5)]]
@@ -486,7 +486,7 @@ def test_repeatability_scores_each_launch_as_a_prediction_of_the_next():
 
 def _fake_launches(monkeypatch, run_ddp, measure_target, predict_one) -> None:
     """held_out's launches and prediction replaced by the test's own; no basis, no score."""
-    from swinkit.experiments import predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
 
     monkeypatch.setattr(predict_run, "run_ddp", run_ddp)
     monkeypatch.setattr(predict_run, "measure_target", measure_target)
@@ -506,7 +506,7 @@ def test_held_out_runs_the_basis_just_before_the_run_it_predicts(monkeypatch):
     the mean of its own two timings' host-sharing readings (stand-in x1.0 and x1.2: x1.1;
     then x1.7 and x1.5: x1.6, not pooled with launch 1's), keeping its latest beside it and
     the earlier one apart."""
-    from swinkit.experiments import predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
 
     events, t1s, slowdowns = [], iter([9.9, 1.0, 1.5]), iter([1.0, 1.2, 1.7, 1.5])
 
@@ -540,7 +540,7 @@ def test_a_slower_link_is_timed_at_n_and_the_short_run_keeps_the_models_own_buck
     the model's buckets runs without the slower link (its elements would come back already 4
     times larger, and be scaled again: the all-reduces timed at 16 times); the timings at 2
     scale them by 4; the run at 1 and the run at 2 keep the whole injection."""
-    from swinkit.experiments import predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
     from swinkit.injection import Injection
 
     runs, scales, passed = [], [], []
@@ -569,7 +569,7 @@ def test_pooled_averages_the_host_sharing_readings_and_keeps_the_latest_network_
     """Three launches' timings at 2: stand-in x1.01, x1.01, x1.13 (the third over-read, as one
     did on this host) average to x1.05; lockstep waits 1, 2 and 6 ms to 3 ms, one launch not
     timing it is left out (2 and 4 ms: 3 ms); the buckets' all-reduces are the latest's."""
-    from swinkit.attribution.pooled_targets import pooled
+    from swinkit.predict.numbers.pooled_targets import pooled
 
     history = [Target(2, [0.010], compute_slowdown=1.01, sync_wait_s=0.001, loader_slowdown=1.0),
                Target(2, [0.020], compute_slowdown=1.01, sync_wait_s=0.002),

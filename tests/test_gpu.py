@@ -172,8 +172,8 @@ def test_a_world_size_is_predicted_from_timings_on_the_gpus(data_root, monkeypat
     """The held-out prediction's timings at N' (the buckets' all-reduces and the buffer
     broadcast; at 2 GPUs and more the contention and lockstep stand-ins too) over NCCL on the
     GPUs, as the paired run at 1 they predict from ran."""
-    from swinkit.experiments.held_out_parts import paired_spec as _paired, predict_one
-    from swinkit.experiments.target_timing import measure_target
+    from swinkit.predict.supervisor.held_out_parts import paired_spec as _paired, predict_one
+    from swinkit.predict.supervisor.target_timing import measure_target
     from swinkit.injection import Injection
     from swinkit.runs.component_costs import basis_of
     from swinkit.runs.ddp_run import run_ddp
@@ -197,7 +197,7 @@ def test_a_paired_launch_cuts_its_steps_after_draining_the_gpu(data_root, monkey
     With the step's kernels still queued at the barrier, a cut read before draining the device
     would end the step early; the DDP steps' timeline (CUDA events) and the loop's own clock
     agree within 10 % in every step, and the local steps come back as the components' run."""
-    from swinkit.experiments.held_out_parts import paired_spec as _paired
+    from swinkit.predict.supervisor.held_out_parts import paired_spec as _paired
     from swinkit.injection import Injection
     from swinkit.runs.ddp_run import run_ddp
     monkeypatch.setenv("SWINKIT_DATA_ROOT", str(data_root))

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from swinkit.attribution.extrapolate import Target
+from swinkit.predict.numbers.extrapolate import Target
 
 DATA = Path(__file__).parent / "data" / "held_out"
 TARGET = Target(2, [0.0022, 0.0021], broadcast_s=0.0004, supply_images_per_s=400.0,
@@ -60,7 +60,8 @@ def _mutated(recorded: dict) -> dict:
 def _predict(monkeypatch, data_root, runs: dict) -> tuple[list, dict]:
     """held_out over the recorded runs (``runs``: world size -> recorded): each prediction as
     predict_one returned it (before any scoring), and the result."""
-    from swinkit.experiments import held_out_parts, predict_run
+    from swinkit.predict.supervisor import held_out as predict_run
+    from swinkit.predict.supervisor import held_out_parts
     from swinkit.runs import ddp_run
 
     def launch(entry, kwargs, lc, **_):
@@ -86,7 +87,7 @@ def test_the_scored_ddp_steps_do_not_reach_the_prediction(monkeypatch, data_root
     scored against moved (else the change would have tested nothing).
 
     Checked to fail on the planted leak of the issue that asked for this test: in
-    ``predict_run._separate_row``, the scored run made before the prediction and
+    ``swinkit.predict.supervisor.held_out._separate_row``, the scored run made before the prediction and
     ``target = dataclasses.replace(target, data_wait_s=run["iter_s"] - t1)`` before it is
     made (the predicted iteration then follows the stretched DDP steps)."""
     runs = {1: _recorded("paired1"), 2: _recorded("paired2")}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from swinkit import injection as spec_module
-from swinkit.attribution.extrapolate import Host
+from swinkit.predict.numbers.extrapolate import Host
 from swinkit.attribution.validation import CASES, EXPECTED
 from swinkit.cli.validate import CASES_DEFAULT
-from swinkit.experiments.injected_costs import launch_delay, phase_costs
+from swinkit.predict.numbers.injected_costs import launch_delay, phase_costs
 from swinkit.injection import KINDS, Injection, Kind, parse_injection, spec_help
 from swinkit.measure.phases import PHASES
 from swinkit.rank import inject
@@ -68,7 +68,7 @@ def test_a_kind_added_to_the_table_with_its_hook_reaches_parsing_the_rank_and_th
     monkeypatch.setattr(spec_module, "KIND_BY_NAME", {k.name: k for k in kinds})
     monkeypatch.setattr(spec_module, "DELAY_FIELDS", tuple(k.name for k in kinds))
     monkeypatch.setattr(inject, "KINDS", kinds)
-    import swinkit.experiments.injected_costs as costs
+    import swinkit.predict.numbers.injected_costs as costs
     monkeypatch.setattr(costs, "KINDS", kinds)
     hooked = []
 

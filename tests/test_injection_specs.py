@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from swinkit.attribution.extrapolate import Host
+from swinkit.predict.numbers.extrapolate import Host
 from swinkit.cli import main
-from swinkit.experiments.injected_costs import injected_costs, slowest_injected_s
+from swinkit.predict.numbers.injected_costs import injected_costs, slowest_injected_s
 from swinkit.injection import Injection, combine, parse_injection, parse_injections
 
 TWO = ["data_ms=60,ranks=0", "backward_ms=50,ranks=1"]

@@ -139,6 +139,11 @@ def test_a_function_over_60_lines_says_why():
 
 # What each layer may not import: the process boundary (a rank never reaches up to what
 # launches it) and the numbers/rendering layers kept free of anything that launches or trains.
+# The predictor (swinkit/predict/) is fenced: no core layer imports any of it (it launches
+# through a run spec and reads the basis a run keeps, as any user of the core would), and its
+# sides follow the core's rules: its numbers as attribution, its rendering as report, its
+# ranks as rank (a loader's rank function from components/ included).
+PREDICTOR = {"predict", "predict.numbers", "predict.rank", "predict.supervisor", "predict.report"}
 FORBIDDEN = {
     "rank": {"runs", "experiments", "components", "cli", "launch", "report", "attribution"},
     "measure": {"rank", "runs", "experiments", "components", "cli", "launch", "report"},
@@ -148,17 +153,41 @@ FORBIDDEN = {
     "attribution": {"rank", "runs", "experiments", "components", "cli", "launch", "report",
                     "model", "data"},
     "report": {"rank", "runs", "experiments", "components", "cli", "launch", "model", "data"},
+    "predict.numbers": {"rank", "runs", "experiments", "components", "cli", "launch", "report",
+                        "model", "data", "predict.rank", "predict.supervisor", "predict.report"},
+    "predict.report": {"rank", "runs", "experiments", "components", "cli", "launch", "model",
+                       "data", "predict.rank", "predict.supervisor"},
+    "predict.rank": {"runs", "experiments", "cli", "launch", "report", "attribution",
+                     "predict.numbers", "predict.supervisor", "predict.report"},
+    "predict.supervisor": {"cli", "report", "predict.report"},
 }
+CORE = ("rank", "measure", "runs", "components", "experiments", "attribution", "report",
+        "launch", "model", "data", "config", "injection", "ddp_options", "run_spec", "precision")
+for _layer in CORE:
+    FORBIDDEN[_layer] = FORBIDDEN.get(_layer, set()) | PREDICTOR
+
+
+def layer(module: str) -> str:
+    """A module's layer: its top-level package under swinkit (``rank``, ``runs``, ...), or
+    for the predictor its side (``predict.numbers``, ``predict.rank``, ...).
+
+    >>> layer("swinkit.rank.ddp"), layer("swinkit.predict.numbers.links"), layer("swinkit")
+    ('rank', 'predict.numbers', 'swinkit')
+    """
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "predict":
+        return f"predict.{parts[2]}"
+    return parts[1] if len(parts) > 1 else module
 
 
 def layer_violations(edges: dict[str, set[str]]) -> list[str]:
-    """``a.b.c -> x.y`` pairs where a's top-level package may not import x's.
+    """``a.b.c -> x.y`` pairs where a's layer may not import x's.
 
     >>> layer_violations({"swinkit.rank.ddp": {"swinkit.runs.sweep", "swinkit.measure.x"}})
     ['swinkit.rank.ddp -> swinkit.runs.sweep']
+    >>> layer_violations({"swinkit.runs.ddp_sweep": {"swinkit.predict.numbers.basis"}})
+    ['swinkit.runs.ddp_sweep -> swinkit.predict.numbers.basis']
     """
-    def layer(m):
-        return m.split(".")[1] if m.count(".") else m
     return sorted(f"{m} -> {d}" for m, deps in edges.items() for d in deps
                   if layer(d) in FORBIDDEN.get(layer(m), ()))
 

@@ -2,8 +2,8 @@
 torch)."""
 import pytest
 
-from swinkit.attribution.extrapolate import Host, Target
-from swinkit.attribution.miss_split import TERMS, mean_terms, split_miss
+from swinkit.predict.numbers.extrapolate import Host, Target
+from swinkit.predict.numbers.miss_split import TERMS, mean_terms, split_miss
 
 BIG_HOST = Host(cores=64)  # no core sharing: the terms below are the swaps' alone
 PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
@@ -118,7 +118,7 @@ def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not():
     """``explain_miss`` splits a clean launch's miss from the run's own components (here the
     paired costs above standing for that run's local steps) and leaves a launch with an
     injection at N' alone: a straggler known there is no input of the run's own to swap."""
-    from swinkit.experiments import held_out_parts
+    from swinkit.predict.supervisor import held_out_parts
     from swinkit.injection import Injection
 
     basis = {"costs": _basis(), "host": vars(BIG_HOST)}
@@ -144,7 +144,7 @@ def test_a_scored_launch_carries_its_split_and_an_injected_one_does_not():
 def test_the_report_prints_each_launchs_terms_and_their_mean():
     """Launch 1 missed by +0.6 s (the hand-worked split above), launch 2 by +0.1 s, all of it
     communication: their lines in ms, and the mean of each term over the two."""
-    from swinkit.report.prediction_text import miss_lines
+    from swinkit.predict.report.text import miss_lines
 
     first = split_miss(_basis(), Target(2, [0.2, 0.1]), BIG_HOST, _paired(), measured_s=1.7)
     second = {"terms_s": dict.fromkeys(TERMS, 0.0) | {"communication": 0.1},

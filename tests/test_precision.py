@@ -137,8 +137,8 @@ def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
 def test_the_thesis_projection_in_fp32_is_the_stated_one():
     """thesis_devices("fp32") at the stated MFU reproduces links.THESIS_DEVICES, whose
     figures were written out independently (14.4 TFLOP at half of 15.7 and 19.5 TFLOP/s)."""
-    from swinkit.attribution.device_compute import thesis_devices
-    from swinkit.attribution.links import THESIS_DEVICES
+    from swinkit.predict.numbers.device_compute import thesis_devices
+    from swinkit.predict.numbers.links import THESIS_DEVICES
     devices, left_out = thesis_devices("fp32")
     assert left_out == {}
     for key, stated in THESIS_DEVICES.items():
@@ -152,8 +152,8 @@ def test_the_thesis_projection_in_bf16_shrinks_compute_not_the_all_reduce():
     (fp32 at 0.5: 1.4769 s). The ring all-reduce of the fp32 gradient is the same in both
     (PCIe 4.0, 20 GB/s, 2 ranks: 485.7 MB / 20 GB/s = 24.3 ms), so its share of the
     iteration grows 9.6-fold: from 1.6 % to 15.8 %."""
-    from swinkit.attribution.device_compute import thesis_devices
-    from swinkit.attribution.links import THESIS_GRADIENT_BYTES, project
+    from swinkit.predict.numbers.device_compute import thesis_devices
+    from swinkit.predict.numbers.links import THESIS_GRADIENT_BYTES, project
     devices, left_out = thesis_devices("bf16", mfu=0.3)
     a100 = devices["CRC A100 (PCIe)"]
     assert a100.iter_s == pytest.approx(14.4e12 / (0.3 * 312e12))
@@ -165,7 +165,7 @@ def test_the_thesis_projection_in_bf16_shrinks_compute_not_the_all_reduce():
 
 
 def test_a_measured_mfu_is_taken_only_from_a_run_in_that_precision():
-    from swinkit.attribution.device_compute import compute_s, measured_mfu
+    from swinkit.predict.numbers.device_compute import compute_s, measured_mfu
     result = {"matmul_peak_math": "fp32",
               "results": {"segmentor/forward_backward": {"mfu": 0.42}}}
     assert measured_mfu(result, "fp32") == 0.42

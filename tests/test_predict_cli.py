@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from swinkit.attribution.links import Link, ring_allreduce_s
-from swinkit.report.prediction_text import held_out_lines
+from swinkit.predict.numbers.links import Link, ring_allreduce_s
+from swinkit.predict.report.text import held_out_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = {"data_wait": 0.0, "forward": 0.4, "backward": 0.5, "exposed_comm": 0.0,
@@ -169,7 +169,7 @@ def test_sharing_lines_show_the_averaged_slowdown_beside_each_launchs_own_readin
     x1.1; x1.15 of x1.1 and x1.2), printed beside its latest; a result kept without the
     launches' own timings (a stored one from before), or predicted from more than one rank,
     prints no such line."""
-    from swinkit.report.prediction_text import sharing_lines
+    from swinkit.predict.report.text import sharing_lines
 
     launches = [{"targets": {2: {"compute_slowdown": 1.05}}, "timed": {2: {"compute_slowdown": 1.1}},
                  "timed_earlier": {2: [{"compute_slowdown": 1.0}]}},
@@ -355,7 +355,7 @@ def test_held_out_run_on_the_test_preset(tmp_path):
 
 def test_the_limit_on_cpu_is_said_under_a_cpu_prediction_only():
     """Ranks sharing a host's cores: said where the launches ran over gloo, not over NCCL."""
-    from swinkit.attribution.prediction_assumptions import CPU_LIMIT
+    from swinkit.predict.numbers.assumptions import CPU_LIMIT
     stored = _stored(Link(1.0, 1e-4))
     stored["launches"][0]["targets"] = {}
     for backend, said in (("gloo", True), ("nccl", False)):

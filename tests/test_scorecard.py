@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from swinkit.attribution.held_out_scores import score_against, score_unpaired, summarize
-from swinkit.attribution.scorecard import scorecard
+from swinkit.predict.numbers.scores import score_against, score_unpaired, summarize
+from swinkit.predict.numbers.scorecard import scorecard
 from swinkit.cli import main
 
 
@@ -76,7 +76,7 @@ def _fake_held_out(preset, world_sizes, sources, iters, repeats, score, injectio
 
 
 def test_the_command_prints_and_writes_the_scorecard(monkeypatch, tmp_path, capsys):
-    from swinkit.experiments import scorecard as exp
+    from swinkit.predict.supervisor import scorecard as exp
     monkeypatch.setattr(exp, "held_out", _fake_held_out)
     path = tmp_path / "card.json"
     assert main(["scorecard", "--preset", "test", "--launches", "2", "--iters", "4",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from swinkit.experiments import internode, target_timing
-from swinkit.experiments.contention_probe import STAND_IN_SIDE, backward_stand_in
+from swinkit.predict.supervisor import internode, target_timing
+from swinkit.predict.rank.contention_probe import STAND_IN_SIDE, backward_stand_in
 from swinkit.rank.devices import rank_device
 
 
@@ -128,7 +128,7 @@ def test_the_models_rhythm_splits_a_step_at_its_meetings():
     next forward's buffer broadcast, after the last micro-batch's exposed comm, optimizer and
     rest and the next batch's loading (1 + 4 + 1 + 5 = 11 ms), and at the last bucket, after
     the other 105 ms; without a buffer sync, once a step: 116 ms."""
-    from swinkit.experiments.target_probes import meeting_segments
+    from swinkit.predict.numbers.rank_profiles import meeting_segments
 
     first = {"data_wait": 0.005, "forward": 0.02, "backward": 0.03}
     last = {**first, "exposed_comm": 0.001, "optimizer": 0.004, "other": 0.001}
@@ -142,7 +142,7 @@ def test_the_models_rhythm_splits_a_step_at_its_meetings():
 def test_the_rhythm_is_not_timed_on_gpus_or_alone():
     """On a GPU the model's segments are device time and the stand-in is host work: no
     reading (the lockstep's stands); at one rank nobody waits. Neither touches a collective."""
-    from swinkit.experiments.target_probes import rhythm_wait
+    from swinkit.predict.rank.probes import rhythm_wait
 
     assert rhythm_wait(2, torch.device("cuda", 0), [0.06, 0.017]) is None
     assert rhythm_wait(1, torch.device("cpu"), [0.06, 0.017]) is None

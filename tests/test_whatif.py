@@ -411,7 +411,7 @@ def test_building_the_stand_in_leaves_the_global_random_stream_alone():
     stream draws what it would have drawn without it."""
     import torch
 
-    from swinkit.rank.stand_in import swin_block_work
+    from swinkit.predict.rank.stand_in import swin_block_work
     torch.manual_seed(1)
     without = torch.rand(3)
     torch.manual_seed(1)

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             return _failed(exc)
     args.iters = 10 if args.iters is None else args.iters  # engines, what-ifs: 10 as before
     if args.in_launch:
-        from swinkit.experiments.predict_run import IN_LAUNCH_REMOVED
+        from swinkit.predict.supervisor.held_out import IN_LAUNCH_REMOVED
         return _failed(ValueError(IN_LAUNCH_REMOVED))
     if args.scaling == "strong" and (args.predict or args.predict_from):
         return _failed(ValueError("--scaling strong: a prediction of world sizes not run "
@@ -276,7 +276,7 @@ def _add_predict_options(p: argparse.ArgumentParser) -> None:
 def _link(name: str, localhost: bool = False):
     """An argparse ``type`` for GBPS,LATENCY_US (or, where ``localhost``, the word)."""
     def parse(text: str):
-        from swinkit.attribution.links import Link
+        from swinkit.predict.numbers.links import Link
         if localhost and text == "localhost":
             return text
         try:
@@ -292,7 +292,7 @@ def _predict(args) -> int:
     import json
 
     from swinkit.launch import LaunchError
-    from swinkit.report.prediction_text import held_out_lines
+    from swinkit.predict.report.text import held_out_lines
     from swinkit.result_files import write_json_atomic
     from swinkit.attribution.inputs import InputError
     try:
@@ -300,7 +300,7 @@ def _predict(args) -> int:
             report = _from_stored(args, json.loads(Path(args.stored).read_text()))
             lines = held_out_lines(report)
         elif args.run:
-            from swinkit.experiments.predict_run import held_out
+            from swinkit.predict.supervisor.held_out import held_out
             from swinkit.injection import parse_injections
             sources = args.predict_from or args.world_sizes
             sizes = args.predict or [ws for ws in args.world_sizes if ws > max(sources)]
@@ -336,12 +336,12 @@ def _predict(args) -> int:
 def _from_stored(args, stored: dict) -> dict:
     """Predictions at --predict sizes and --nodes from a stored held-out report, the
     inter-node link stated or (localhost) timed across two simulated nodes here."""
-    from swinkit.experiments.predict_stored import from_stored
+    from swinkit.predict.supervisor.stored import from_stored
     inter, timed_inter = args.inter_link, None
     if inter == "localhost":
         if not args.nodes:
             raise ValueError("--inter-link localhost: give --nodes K1,K2 to predict")
-        from swinkit.experiments.internode import localhost_inter_link
+        from swinkit.predict.supervisor.internode import localhost_inter_link
         timed_inter = localhost_inter_link(_stored_buckets(stored))
         inter = timed_inter["link"]
     report = from_stored(stored, args.predict or [], args.link, args.nodes, inter)
@@ -366,8 +366,8 @@ def _projection(args) -> tuple[dict, list[str]]:
     """The thesis's systems projected from stated figures (--link, --device-iter-s replace them)."""
     from dataclasses import replace
 
-    from swinkit.attribution.links import THESIS_DEVICES, thesis_projection
-    from swinkit.report.prediction_text import projection_lines
+    from swinkit.predict.numbers.links import THESIS_DEVICES, thesis_projection
+    from swinkit.predict.report.text import projection_lines
     devices = {k: replace(d, link=args.link or d.link, iter_s=args.device_iter_s or d.iter_s)
                for k, d in THESIS_DEVICES.items()}
     proj = thesis_projection(devices, sorted(set(args.predict) | {1}))

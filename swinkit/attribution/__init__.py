@@ -13,20 +13,10 @@
     blame_of_run.py a run's blame figures from its ranks' results (recorded runs read again)
     neighbours.py   an injection's cost from injected and clean neighbouring iterations
     oracle.py       the iteration replayed from its components, rank by rank
-    extrapolate.py  the iteration at a world size not run (held out), from a smaller run
-    prediction_assumptions.py what a held-out prediction takes for granted, in words
-    rank_profiles.py    a basis's ranks as the per-rank work at N' (median or each its own)
-    order_statistics.py the slowest of n draws from measured samples (median, mean)
-    held_out_scores.py  a held-out prediction scored: accuracy, worst launch, repeatability
-    miss_split.py   where a held-out prediction missed, input by input
-    pooled_targets.py   the timings at N' of several launches pooled for the next prediction
-    links.py        the ring all-reduce from link figures, multi-node, the thesis projection
-    device_compute.py   a device's compute per iteration in a precision: FLOPs / (MFU x peak)
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes
     validation_cells.py the cells that tell charging rules apart: two stragglers, a small delay
-    scorecard.py    a held-out prediction's scorecard: worst launch, range, naive beside, host spread
 """

@@ -48,12 +48,12 @@ def command(args) -> int:
     import os
 
     from swinkit.config import DATA_ROOT_ENV
-    from swinkit.experiments.scorecard import check_scorecard, run_scorecard
+    from swinkit.predict.supervisor.scorecard import check_scorecard, run_scorecard
     from swinkit.experiments.validate import git_commit
     from swinkit.injection import parse_injections
     from swinkit.input_checks import int_list
     from swinkit.launch import LaunchError
-    from swinkit.report.scorecard import text
+    from swinkit.predict.report.scorecard import text
     from swinkit.result_files import RunLock, write_json_atomic
     if args.data_root:  # every rank, worker and child reads it as $SWINKIT_DATA_ROOT
         os.environ[DATA_ROOT_ENV] = str(Path(args.data_root).expanduser().resolve())

@@ -37,8 +37,8 @@ BASELINE = Remedy("baseline", "the preset as it is")
 def base_spec(preset: str, world_size: int, iters: int, warmup: int,
               injection: Injection | None = None) -> DDPRunSpec:
     lc = LaunchConfig(allow_oversubscribe=oversubscribe_allowed())
-    return DDPRunSpec(preset=preset, nproc_per_node=world_size, iters=iters, warmup=warmup, launch=lc,
-                      injection=(injection or Injection()).for_world_size(world_size))
+    return DDPRunSpec(preset=preset, nproc_per_node=world_size, iters=iters, warmup=warmup,
+                      launch=lc, injection=(injection or Injection()).for_world_size(world_size))
 
 
 def what_if(preset: str, world_sizes, remedies: list[Remedy], iters: int = 10, warmup: int = 3,

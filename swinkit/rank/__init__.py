@@ -9,7 +9,6 @@ they put on their timeline. Nothing here launches a process or reads another ran
     ddp_readout.py        what a DDP rank returns: its plan's steps read out by kind
     plan.py               the step plan as a value: step kinds, line-ups, switches, read-outs
     step_switch.py        a paired launch's switch: DDP and local steps of one model
-    stand_in.py           a Swin block's kinds of work standing in for the model's compute
     meet.py               local steps that meet where DDP would hold the ranks
     rank_clocks.py        what the ranks agree on over gloo: clock offsets, when to stop
     inject.py             known costs put into a rank: each kind's hook (HOOKS), by the table

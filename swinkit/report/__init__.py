@@ -2,7 +2,6 @@
 
     ddp_table.py    one DDP run (``swinkit ddp``): phases, blame, skew, straggler
     text.py         the attribution report as terminal text
-    prediction_text.py  the held-out prediction and the thesis projection as text
     figures.py      its figures as PNG bytes
     page.py         its self-contained HTML page (figures embedded) and the PNGs beside it
     html.py         the page's building blocks: escaping, tables, embedded figures, its style
@@ -11,5 +10,4 @@
     engine_compare.py  engines side by side: one table, one figure
     validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
-    scorecard.py    ``swinkit scorecard`` as text
 """

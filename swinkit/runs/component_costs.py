@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import statistics
 
-from swinkit.attribution.extrapolate import Host
 from swinkit.attribution.oracle import simulate
 from swinkit.measure.timeline import work_durations
 
@@ -95,10 +94,11 @@ def predict_from(comp: dict, spec) -> dict:
     return pred
 
 
-def host_of(run: dict) -> Host:
-    """This host as the run found it: its cores, and what each rank keeps busy."""
-    return Host(cores=os.cpu_count() or 1, threads_per_rank=run["threads_per_rank"],
-                loader_workers=run["loader_workers"], images_per_rank=run["images_per_rank"])
+def host_of(run: dict) -> dict:
+    """This host as the run found it: its cores, and what each rank keeps busy (the fields
+    of a prediction's ``Host``, :class:`swinkit.predict.numbers.extrapolate.Host`)."""
+    return {"cores": os.cpu_count() or 1, "threads_per_rank": run["threads_per_rank"],
+            "loader_workers": run["loader_workers"], "images_per_rank": run["images_per_rank"]}
 
 
 def basis_of(run: dict) -> dict:
@@ -107,7 +107,7 @@ def basis_of(run: dict) -> dict:
     target size need (``probe``: the buckets' elements and dtype, the buffers' shapes, and the
     backend, which decides the device the buckets are timed on)."""
     comm = run["local_run"]["ranks"][0]["comm"]
-    return {"costs": costs(run["local_run"]), "host": vars(host_of(run)),
+    return {"costs": costs(run["local_run"]), "host": host_of(run),
             "bucket_bytes": list(run["bucket_sizes_bytes"]),
             "probe": {"elements": comm["elements"], "dtype": comm["dtype"],
                       "backend": run["backend"],

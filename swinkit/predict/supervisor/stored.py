@@ -3,8 +3,8 @@ asv's bench_predict kept) at sizes it did not measure, with the ring model's com
 :func:`from_stored`."""
 from __future__ import annotations
 
-from swinkit.attribution.links import Link, fit_link_or_bandwidth, ring_target
-from swinkit.experiments.held_out_parts import predict_one
+from swinkit.predict.numbers.links import Link, fit_link_or_bandwidth, ring_target
+from swinkit.predict.supervisor.held_out_parts import predict_one
 
 
 def from_stored(stored: dict, world_sizes, link: Link | None = None, nodes=(),

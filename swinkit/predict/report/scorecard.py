@@ -1,11 +1,11 @@
 """``swinkit scorecard`` as terminal text: per target size, each predictor's accuracy in every
 launch, its worst and its range, against the paired run and the unpaired one; the barrier's
 gap; the host's own spread; what the run was (commit, host, date, command). Rendering only:
-the numbers are :mod:`swinkit.attribution.scorecard`'s."""
+the numbers are :mod:`swinkit.predict.numbers.scorecard`'s."""
 from __future__ import annotations
 
-from swinkit.attribution.scorecard import SHOWN
-from swinkit.report.prediction_text import PREDICTORS
+from swinkit.predict.numbers.scorecard import SHOWN
+from swinkit.predict.report.text import PREDICTORS
 
 LABELS = dict(PREDICTORS)
 REFERENCES = (("paired_run", "against the paired run's DDP steps (the launch the oracle "

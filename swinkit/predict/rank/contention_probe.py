@@ -1,7 +1,7 @@
 """The backward/all-reduce contention rates at N' without the model
 (:func:`proxy_contention`): fixed matmul work stands in for backward beside the model's
 bucket all-reduces, on every rank of the timing launch
-(:mod:`swinkit.experiments.target_probes`)."""
+(:mod:`swinkit.predict.rank.probes`)."""
 from __future__ import annotations
 
 import statistics

@@ -1,4 +1,4 @@
-"""What a held-out prediction (:func:`swinkit.attribution.extrapolate.predict_at`) takes for
+"""What a held-out prediction (:func:`swinkit.predict.numbers.extrapolate.predict_at`) takes for
 granted, in words: printed with every prediction (torch-free)."""
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ def on_cpu(result: dict) -> bool:
 
 
 def assumptions(costs: dict, target, host, ratio: float | None) -> list[str]:
-    """What the prediction at ``target`` (an :class:`~swinkit.attribution.extrapolate.Target`)
-    on ``host`` (a :class:`~swinkit.attribution.extrapolate.Host`) takes for granted, in words
-    (``ratio``: the loading ratio it took, :func:`~swinkit.attribution.extrapolate.loading_ratio`;
-    the types are not imported here, as extrapolate imports this)."""
+    """What the prediction at ``target`` (a
+    :class:`~swinkit.predict.numbers.extrapolate.Target`) on ``host`` (a
+    :class:`~swinkit.predict.numbers.extrapolate.Host`) takes for granted, in words
+    (``ratio``: the loading ratio it took,
+    :func:`~swinkit.predict.numbers.extrapolate.loading_ratio`; the types are not imported
+    here, as extrapolate imports this)."""
     n0 = costs["world_size"]
     out = [
         f"per-rank compute is the median rank's local phases of the run at world size {n0} "

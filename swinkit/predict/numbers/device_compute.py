@@ -1,6 +1,6 @@
 """A device's compute per iteration in a training precision: the iteration's FLOPs over the
 model FLOP utilisation (MFU) times the GEMM peak of that precision. The thesis projection's
-devices (:data:`swinkit.attribution.links.THESIS_DEVICES`) in any precision, from stated peaks
+devices (:data:`swinkit.predict.numbers.links.THESIS_DEVICES`) in any precision, from stated peaks
 and a stated or measured MFU. Numbers only: no torch.
 
     compute_s = FLOPs / (MFU x peak[precision])
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from swinkit.attribution.links import THESIS_DEVICES, Device
+from swinkit.predict.numbers.links import THESIS_DEVICES, Device
 from swinkit.precision import parse_precision
 
 # Dense GEMM peaks from the vendors' data sheets, TFLOP/s (no sparsity); None: the device has
@@ -64,7 +64,7 @@ def measured_mfu(forward_backward: dict, precision: str) -> float:
 
 def thesis_devices(precision: str = "fp32", mfu: float = STATED_MFU,
                    flops: float = THESIS_ITERATION_FLOPS) -> tuple[dict[str, Device], dict[str, str]]:
-    """The thesis systems' :class:`~swinkit.attribution.links.Device` figures with the
+    """The thesis systems' :class:`~swinkit.predict.numbers.links.Device` figures with the
     iteration's compute in ``precision`` at ``mfu`` (links and backward share as stated), and
     the systems left out with the reason: a device with no such math (TF32 or bf16 on a V100).
 

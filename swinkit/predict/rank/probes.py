@@ -1,6 +1,6 @@
 """What a prediction times at the target size N' without the model, in one launch of N' ranks
-(:func:`swinkit.experiments.target_timing.measure_target` starts it): the loader's supply with N'
-loaders at once (and, where ranks load themselves, rank 0's loader alone first), the model's
+(:func:`swinkit.predict.supervisor.target_timing.measure_target` starts it): the loader's
+supply with N' loaders at once (and, where ranks load themselves, rank 0's loader alone first), the model's
 bucket all-reduces and buffer broadcast, and stand-ins for what the host's sharing does to
 the model's work (contention of backward with the all-reduces, waiting at a sync point,
 compute slowed by shared caches and memory bandwidth).
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import statistics
 
-from swinkit.attribution.rank_profiles import median_profile
-from swinkit.experiments.contention_probe import proxy_contention
+from swinkit.predict.rank.contention_probe import proxy_contention
 from swinkit.rank.devices import rank_device
-from swinkit.rank.stand_in import swin_block_work
+from swinkit.predict.rank.stand_in import swin_block_work
 
 
 def _rank_mean(value: float, device) -> float:
@@ -104,7 +103,8 @@ def stand_in_slowdown(rank: int, world_size: int, device, reps: int = 9) -> floa
 
     block()  # warm: allocations, the first call's dispatch
     # the others sleep through a rank's turn alone, so that nothing of theirs can slow it (a
-    # rank waiting in a gloo barrier measured idle too: see swinkit.rank.stand_in.busy_until)
+    # rank waiting in a gloo barrier leaves its core idle too: a neighbour's block ran as fast
+    # beside it as beside a sleeping rank, x0.89-1.00 over 3 launches on a 2-core host)
     # one length for every rank's sleep: the slowest rank's estimate (a sleeper that woke
     # early would poll in the barrier through the turn)
     longest = torch.tensor([3 * max(block() for _ in range(2))], dtype=torch.float64)
@@ -150,29 +150,6 @@ def lockstep_wait(world_size: int, device, reps: int = 60, work: int = 12) -> fl
         dist.barrier()  # the sync point: every rank waits here for the slowest
         waits.append(time.perf_counter() - start - own)
     return _rank_mean(trimmed_mean(waits[2:]), device)
-
-
-def meeting_segments(costs: dict) -> list[float]:
-    """Seconds of a rank's work between the points where DDP makes the ranks meet, per
-    optimizer step, from a basis's component costs (torch-free): forward and backward up to
-    the last bucket, then the rest of the step and the next batch's loading up to the buffer
-    broadcast at the next forward; one segment, the whole step, without a buffer broadcast.
-
-    >>> ph = {"data_wait": 0.007, "forward": 0.03, "backward": 0.03, "exposed_comm": 0.001,
-    ...       "optimizer": 0.008, "other": 0.001}
-    >>> position = {"phases_s": ph, "bucket_ready_s": []}
-    >>> [round(x, 3) for x in meeting_segments({"grad_accum": 1, "buffer_sync": True,
-    ...                                          "ranks": [{"positions": [position]}]})]
-    [0.06, 0.017]
-    """
-    profile = median_profile(costs)
-    step = sum(sum(p["phases_s"].values()) for p in profile)
-    if not costs.get("buffer_sync", True):
-        return [step]
-    first, last = profile[0]["phases_s"], profile[-1]["phases_s"]
-    between = first.get("data_wait", 0.0) + sum(last.get(k, 0.0) for k in
-                                                  ("exposed_comm", "optimizer", "other"))
-    return [step - between, between]
 
 
 def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: float = 8.0,
@@ -229,3 +206,15 @@ def rhythm_wait(world_size: int, device, segments_s: list[float], budget_s: floa
     barriers = statistics.median(bare[2:])
     wait = statistics.median(whole) - statistics.median(own) - barriers
     return _rank_mean(max(wait, 0.0), device)
+
+
+def internode_rank(rank, bucket_bytes: list[int]) -> dict:
+    """Rank entry: each bucket's all-reduce (fp32, its bytes) over every rank of both nodes."""
+    import torch
+
+    from swinkit.rank.collective_timing import time_collectives
+
+    elements = [[max(int(b) // 4, 1)] for b in bucket_bytes]
+    comm = time_collectives(elements, torch.float32, torch.device("cpu"), "all_reduce",
+                            cold=True, same_host=True)  # one host: one clock
+    return {"rank": rank.rank, "bucket_comm_s": comm}

@@ -23,8 +23,8 @@ import copy
 import dataclasses
 import statistics
 
-from swinkit.attribution.extrapolate import Host, Target, predict_at
-from swinkit.attribution.rank_profiles import median_profile
+from swinkit.predict.numbers.extrapolate import Host, Target, predict_at
+from swinkit.predict.numbers.rank_profiles import median_profile
 from swinkit.attribution.oracle import simulate
 
 TERMS = ("compute", "loading", "communication", "contention", "rank_wait", "beyond_replay")
@@ -33,7 +33,7 @@ TERMS = ("compute", "loading", "communication", "contention", "rank_wait", "beyo
 def split_miss(basis: dict, target: Target, host: Host, paired: dict,
                measured_s: float) -> dict:
     """The miss of the prediction of ``target`` from ``basis`` (the costs of the run at N0, as
-    :func:`~swinkit.attribution.extrapolate.predict_at` takes them), split over the inputs by
+    :func:`~swinkit.predict.numbers.extrapolate.predict_at` takes them), split over the inputs by
     swapping in ``paired`` (the component costs measured in the run at N') in :data:`TERMS`'
     order. Returns ``terms_s`` (seconds each swap added; positive: the prediction was short),
     ``predicted_s``, ``paired_s`` and ``measured_s``. Without injections: an injection known

@@ -1,12 +1,12 @@
 """Text of the held-out prediction (``tools/attribute.py --predict``) and the thesis projection:
 every predicted figure labelled as such, the two naive predictions beside swinkit's, the
 assumptions listed. Rendering only: the numbers come from
-:mod:`swinkit.experiments.predict_run` and :mod:`swinkit.attribution.links`."""
+:mod:`swinkit.predict.supervisor.held_out` and :mod:`swinkit.predict.numbers.links`."""
 from __future__ import annotations
 
-from swinkit.attribution.held_out_scores import is_in_launch, summarize
-from swinkit.attribution.miss_split import TERMS, mean_terms
-from swinkit.attribution.prediction_assumptions import CPU_LIMIT, on_cpu
+from swinkit.predict.numbers.scores import is_in_launch, summarize
+from swinkit.predict.numbers.miss_split import TERMS, mean_terms
+from swinkit.predict.numbers.assumptions import CPU_LIMIT, on_cpu
 from swinkit.attribution.thesis import THESIS_SPEEDUPS
 from swinkit.measure.bucket_spans import bucket_index
 
@@ -147,7 +147,7 @@ def sharing_lines(launches: list[dict]) -> list[str]:
 
 def miss_lines(launches: list[dict]) -> list[str]:
     """Per scored launch and size, where the miss lay, input by input
-    (:mod:`swinkit.attribution.miss_split`), and each term's mean over the launches."""
+    (:mod:`swinkit.predict.numbers.miss_split`), and each term's mean over the launches."""
     rows = [(row["launch"], ws, p["miss_split"]) for row in launches
             for ws, p in row["targets"].items() if "miss_split" in p]
     failed = [f"  launch {launch}, N={ws}: not split ({split['error']})"
@@ -207,7 +207,7 @@ def bucket_span_lines(launches: list[dict]) -> list[str]:
 
 
 def repeatability_lines(repeat: dict) -> list[str]:
-    """The host's run-to-run spread (:func:`swinkit.attribution.held_out_scores.repeatability`),
+    """The host's run-to-run spread (:func:`swinkit.predict.numbers.scores.repeatability`),
     in the predictors' columns."""
     if not repeat:
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from swinkit.attribution.extrapolate import Target
+from swinkit.predict.numbers.extrapolate import Target
 
 
 def pooled(history: list[Target]) -> Target:

@@ -8,7 +8,7 @@ how much N' loaders slow one), then the model's bucket all-reduces (the payloads
 model's own buckets) and its buffer broadcast timed as the component run times them (cold,
 the slowest rank's); then the "from" world sizes run as ``--run`` runs them (paired DDP
 launches, the components measured beside the DDP steps), the last of them just before the
-run at N'. :mod:`swinkit.attribution.extrapolate` predicts N' from the largest "from" run and
+run at N'. :mod:`swinkit.predict.numbers.extrapolate` predicts N' from the largest "from" run and
 those timings; with ``score`` the DDP run at N' follows, and the error is reported per
 launch. Nothing measured at N' by the DDP run is used by the prediction.
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from swinkit.attribution.held_out_scores import repeatability, score_against, summarize
-from swinkit.attribution.pooled_targets import pooled
+from swinkit.predict.numbers.scores import repeatability, score_against, summarize
+from swinkit.predict.numbers.pooled_targets import pooled
 from swinkit.data.loader import ensure_data
-from swinkit.experiments.held_out_parts import (FIRST_TIMINGS, earlier_timings, explain_miss,
+from swinkit.predict.supervisor.held_out_parts import (FIRST_TIMINGS, earlier_timings, explain_miss,
                                                 paired_spec, predict_one, score_unpaired_run)
-from swinkit.experiments.injected_costs import check_held_out, without_link
-from swinkit.experiments.target_timing import measure_target
+from swinkit.predict.numbers.injected_costs import check_held_out, without_link
+from swinkit.predict.supervisor.target_timing import measure_target
 from swinkit.injection import Injection
 from swinkit.runs.component_costs import basis_of, costs, predict_from
 from swinkit.runs.ddp_run import run_ddp
@@ -84,8 +84,9 @@ def held_out(preset: str, world_sizes, predict_from_sizes, iters: int = 10, warm
 
 def _separate_row(specs: dict, sources: list, timed: dict, history: dict, number: int, say,
                   score: bool, unpaired: bool) -> dict:
-    """One launch of :func:`held_out`: the "from" sizes run in their own launches, the prediction of each target from the largest, and (``score``) the run at
-    each target after it."""
+    """One launch of :func:`held_out`: the "from" sizes run in their own launches, the
+    prediction of each target from the largest, and (``score``) the run at each target after
+    it."""
     runs = {}
     for ws in sources:
         say(ws, "DDP and its components")

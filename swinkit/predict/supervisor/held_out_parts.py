@@ -1,13 +1,13 @@
-"""The parts of a held-out prediction (:mod:`swinkit.experiments.predict_run`): the prediction
+"""The parts of a held-out prediction (:mod:`swinkit.predict.supervisor.held_out`): the prediction
 at one target from a basis (:func:`predict_one`), where it missed (:func:`explain_miss`), and
 the spec every size runs (:func:`paired_spec`)."""
 from __future__ import annotations
 
 import dataclasses
 
-from swinkit.attribution.extrapolate import Host, Target, naive, predict_at
-from swinkit.attribution.miss_split import split_miss
-from swinkit.experiments.injected_costs import (check_held_out, injected_costs,
+from swinkit.predict.numbers.extrapolate import Host, Target, naive, predict_at
+from swinkit.predict.numbers.miss_split import split_miss
+from swinkit.predict.numbers.injected_costs import (check_held_out, injected_costs,
                                                 slowest_injected_s, without_injection,
                                                 without_link)
 from swinkit.injection import Injection
@@ -34,7 +34,7 @@ def predict_one(basis: dict, t1_s: float, target: Target, injection: Injection |
     ``basis_injection``: the one the run predicted from had (in its timings already);
     ``t1_injection``:
     the one T(1)'s run had (taken off the naive predictions' T(1)). A slower link
-    (``comm_scale``) is not taken here: :func:`~swinkit.experiments.target_timing.
+    (``comm_scale``) is not taken here: :func:`~swinkit.predict.supervisor.target_timing.
     measure_target` times it."""
     c, host = basis["costs"], Host(**basis["host"])
     injection, basis_injection = without_link(injection), without_link(basis_injection)
@@ -101,8 +101,8 @@ def paired_spec(preset, ws, iters, warmup, injection, images) -> DDPRunSpec:
 def score_unpaired_run(pred: dict, spec: DDPRunSpec, say) -> None:
     """Run ``spec`` unpaired (plain DDP steps, no local steps and no barrier between steps)
     after the paired run ``pred`` was scored against, and score every predictor against it
-    too (:func:`~swinkit.attribution.held_out_scores.score_unpaired`): the run a user has."""
-    from swinkit.attribution.held_out_scores import score_unpaired
+    too (:func:`~swinkit.predict.numbers.scores.score_unpaired`): the run a user has."""
+    from swinkit.predict.numbers.scores import score_unpaired
     from swinkit.runs.ddp_run import run_ddp
     say("the same DDP run unpaired (no local steps, no barrier between steps)")
     plain = run_ddp(dataclasses.replace(spec, paired=False), progress=say)

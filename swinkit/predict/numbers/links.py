@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swinkit.attribution.extrapolate import Target
+from swinkit.predict.numbers.extrapolate import Target
 
 
 @dataclass(frozen=True)

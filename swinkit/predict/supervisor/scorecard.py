@@ -1,5 +1,5 @@
 """``swinkit scorecard``'s runs: K fresh launches of a held-out prediction (separate launches,
-each made alike and owing nothing to the others: :func:`~swinkit.experiments.predict_run.
+each made alike and owing nothing to the others: :func:`~swinkit.predict.supervisor.held_out.
 held_out`), each scored against the paired run at N' and against the same configuration run
 unpaired, kept with what they ran on (commit, host, date, the command) so that a figure quoted
 from them can be traced and made again."""
@@ -9,10 +9,10 @@ import datetime
 import shlex
 import sys
 
-from swinkit.attribution.prediction_assumptions import CPU_LIMIT, on_cpu
-from swinkit.attribution.scorecard import scorecard
+from swinkit.predict.numbers.assumptions import CPU_LIMIT, on_cpu
+from swinkit.predict.numbers.scorecard import scorecard
 from swinkit.config import load_config
-from swinkit.experiments.predict_run import held_out
+from swinkit.predict.supervisor.held_out import held_out
 from swinkit.experiments.validate import git_commit, machine
 from swinkit.injection import Injection
 from swinkit.input_checks import check_int
@@ -23,7 +23,7 @@ def run_scorecard(preset: str, launches: int = 5, world_sizes=(1, 2), predict_fr
                   iters: int | None = None, injection: Injection | None = None,
                   command: str | None = None, progress=print) -> dict:
     """The scorecard's record: ``held_out`` (every launch's runs, predictions and scores, as
-    :func:`held_out` returns them) and ``scorecard`` (:func:`~swinkit.attribution.scorecard.
+    :func:`held_out` returns them) and ``scorecard`` (:func:`~swinkit.predict.numbers.scorecard.
     scorecard`'s numbers), with ``commit``, ``dirty``, ``machine``, ``started``, ``finished``
     and ``command`` (as typed, to make it again). ValueError names the bad option before any
     process starts."""

@@ -1,12 +1,12 @@
 """The timings at a target size N' without the model, for a prediction of N' (a
-:class:`~swinkit.attribution.extrapolate.Target`): one launch of N' ranks running
-:func:`swinkit.experiments.target_probes.target_rank` over the backend the basis ran on."""
+:class:`~swinkit.predict.numbers.extrapolate.Target`): one launch of N' ranks running
+:func:`swinkit.predict.rank.probes.target_rank` over the backend the basis ran on."""
 from __future__ import annotations
 
 import statistics
 
-from swinkit.attribution.extrapolate import Target
-from swinkit.experiments.target_probes import meeting_segments
+from swinkit.predict.numbers.extrapolate import Target
+from swinkit.predict.numbers.rank_profiles import meeting_segments
 from swinkit.launch import LaunchConfig, launch
 from swinkit.runs.sweep import oversubscribe_allowed
 
@@ -24,7 +24,7 @@ def measure_target(preset: str, world_size: int, basis: dict, progress=print,
     # was recorded: the one a run here would take)
     lc = LaunchConfig(nproc_per_node=world_size, backend=probe.get("backend", "auto"),
                       allow_oversubscribe=oversubscribe_allowed())
-    ranks = launch("swinkit.experiments.target_probes:target_rank",
+    ranks = launch("swinkit.predict.rank.probes:target_rank",
                    dict(preset=preset, workers=basis["host"]["loader_workers"],
                         elements=elements, dtype=probe["dtype"],
                         buffer_shapes=probe["buffer_shapes"],

@@ -16,14 +16,14 @@ on N', and what does is either measured cheaply at N' without the model or model
   with N' loaders at once, measured at N' (only the excess of a batch's loading over compute
   stalls when loader workers prefetch);
 * **communication**: the model's bucket all-reduces and its buffer broadcast timed at N' (or,
-  where nothing can be timed, the ring model of :mod:`swinkit.attribution.links`); the replay
+  where nothing can be timed, the ring model of :mod:`swinkit.predict.numbers.links`); the replay
   overlaps them with backward as DDP does, with the contention rates of the largest measured
   size above one (none, rate 1, where only one rank was run);
 * **waiting for the slowest rank**: each step waits for the slowest of N' ranks. The
   per-rank, per-iteration local work samples of the run at N0 are independent draws; the
   measured iteration is a median, so the prediction adds the median of the maximum of N'
   draws less the median of one: its 0.5^(1/N') quantile, as P(max <= x) = F(x)^N'
-  (:mod:`~swinkit.attribution.order_statistics`; the mean is reported beside it). The wait
+  (:mod:`~swinkit.predict.numbers.order_statistics`; the mean is reported beside it). The wait
   timed at N' with equal work on every rank (``iteration_wait_s``, in the model's rhythm
   between meetings; else ``sync_wait_s`` per sync point) replaces it where larger, and stands
   alone where the ranks' threads outnumber the cores (time-sliced ranks are not independent
@@ -38,9 +38,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from swinkit.attribution.oracle import simulate
-from swinkit.attribution.prediction_assumptions import assumptions
-from swinkit.attribution.order_statistics import expected_max, median_max
-from swinkit.attribution.rank_profiles import rank_profiles, rank_samples
+from swinkit.predict.numbers.assumptions import assumptions
+from swinkit.predict.numbers.order_statistics import expected_max, median_max
+from swinkit.predict.numbers.rank_profiles import rank_profiles, rank_samples
 
 COMPUTE_PHASES = ("forward", "backward", "exposed_comm", "optimizer", "other")
 
@@ -163,7 +163,7 @@ def predict_at(costs: dict, target: Target, host: Host, network: bool = True,
     the optimizer's a step's: :func:`injected_positions`); ``launch_delay_s``: per rank,
     seconds each bucket's all-reduce starts late (as :func:`~swinkit.attribution.oracle.simulate`
     takes them). ``slowdown``: compute's slowdown by the shared host, stated (else from the
-    cores' overcommit and the stand-in; :mod:`~swinkit.attribution.miss_split` holds it while
+    cores' overcommit and the stand-in; :mod:`~swinkit.predict.numbers.miss_split` holds it while
     it swaps compute, which the overcommit's loading share would otherwise move).
     Returns ``predicted_iter_s`` and its parts, every figure predicted."""
     # Long: the model's terms in the order they build on each other (cores, compute, loading,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from swinkit.attribution.extrapolate import Host, injected_positions
+from swinkit.predict.numbers.extrapolate import Host, injected_positions
 from swinkit.injection import KINDS, Injection, combine
 
 
@@ -37,7 +37,7 @@ def slowest_injected_s(injection: Injection | None, world_size: int, host: Host)
 def phase_costs(injection: Injection, host: Host) -> dict[str, float]:
     """Seconds per phase ``injection`` adds on a rank it applies to, each kind of the table
     in its phase: per iteration, the optimizer's per optimizer step
-    (:func:`~swinkit.attribution.extrapolate.injected_positions` puts it on a step's last
+    (:func:`~swinkit.predict.numbers.extrapolate.injected_positions` puts it on a step's last
     micro-batch); ``every`` spreads them as a mean. A kind per sample counts each sample of
     the rank's batch where the rank loads itself (no loader workers: on its own time); a
     late launch of the collectives is no phase's (:func:`launch_delay`).

@@ -3,13 +3,13 @@ per target size, every predictor's accuracy in each of K fresh launches, its wor
 its range, against the paired run's DDP steps and against the same configuration run
 unpaired; the gap the paired launch's barrier makes; and the host's own launch-to-launch
 spread, the floor below which a score says nothing. The launches come from
-:func:`swinkit.experiments.predict_run.held_out` (separate launches, ``unpaired``).
+:func:`swinkit.predict.supervisor.held_out.held_out` (separate launches, ``unpaired``).
 """
 from __future__ import annotations
 
 import statistics
 
-from swinkit.attribution.held_out_scores import is_in_launch, summarize
+from swinkit.predict.numbers.scores import is_in_launch, summarize
 from swinkit.attribution.oracle import accuracy
 
 # the predictors a scorecard shows, in its order; "paired" is the oracle, not held out

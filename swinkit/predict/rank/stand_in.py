@@ -1,8 +1,8 @@
 """A stand-in for the model's compute: a Swin block's kinds of work, fixed, not the model.
 
 A held-out prediction times it at the target size without the model (each rank alone in turn
-and every rank at once: :func:`swinkit.experiments.target_probes.stand_in_slowdown`), and in
-the model's rhythm between meetings (:func:`swinkit.experiments.target_probes.rhythm_wait`).
+and every rank at once: :func:`swinkit.predict.rank.probes.stand_in_slowdown`), and in
+the model's rhythm between meetings (:func:`swinkit.predict.rank.probes.rhythm_wait`).
 """
 from __future__ import annotations
 

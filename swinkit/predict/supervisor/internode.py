@@ -1,6 +1,6 @@
 """The inter-node link, timed across two elastic "nodes" on this host (``--inter-link localhost``).
 
-Predicting k nodes (:func:`swinkit.attribution.links.ring_target`) needs the link between
+Predicting k nodes (:func:`swinkit.predict.numbers.links.ring_target`) needs the link between
 nodes. On a cluster it is stated (``--inter-link GBPS,LATENCY_US``, e.g. from nccl-tests
 between two nodes); here it can be timed the way a second host would be used: two agents, one
 per "node", meet at one c10d endpoint on localhost (the launch's multi-node path: rendezvous,
@@ -19,25 +19,14 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from swinkit.attribution.links import fit_link_or_bandwidth
+from swinkit.predict.numbers.links import fit_link_or_bandwidth
 from swinkit.launch import LaunchConfig, launch
 from swinkit.launch.supervisor import free_port
 from swinkit.launch.terminate import sigterm_raises
 
 # one rank per simulated node: the link alone, as a point-to-point benchmark measures it
 RANKS_PER_NODE = 1
-
-
-def internode_rank(rank, bucket_bytes: list[int]) -> dict:
-    """Rank entry: each bucket's all-reduce (fp32, its bytes) over every rank of both nodes."""
-    import torch
-
-    from swinkit.rank.collective_timing import time_collectives
-
-    elements = [[max(int(b) // 4, 1)] for b in bucket_bytes]
-    comm = time_collectives(elements, torch.float32, torch.device("cpu"), "all_reduce",
-                            cold=True, same_host=True)  # one host: one clock
-    return {"rank": rank.rank, "bucket_comm_s": comm}
+INTERNODE_ENTRY = "swinkit.predict.rank.probes:internode_rank"
 
 
 def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print,
@@ -64,7 +53,7 @@ def time_across_nodes(bucket_bytes: list[int], nodes: int = 2, progress=print,
         cfg = LaunchConfig(nproc_per_node=RANKS_PER_NODE, nnodes=nodes, node_rank=k, backend="gloo",
                            rdzv_endpoint=endpoint, allow_oversubscribe=True,
                            join_timeout_s=timeout_s, wall_timeout_s=timeout_s)
-        return launch(f"{__name__}:internode_rank", {"bucket_bytes": list(bucket_bytes)}, cfg,
+        return launch(INTERNODE_ENTRY, {"bucket_bytes": list(bucket_bytes)}, cfg,
                       run_dir=run_dirs[k], quiet=True)
 
     pool, futures = ThreadPoolExecutor(nodes), []
@@ -99,8 +88,9 @@ def _stop_agent(run_dir: Path) -> None:
 
 def localhost_inter_link(bucket_bytes: list[int], progress=print) -> dict:
     """Time the buckets across two simulated nodes and fit the inter-node link to them.
-    Returns the ``link``, which ``fit`` (:func:`~swinkit.attribution.links.fit_link_or_bandwidth`)
-    and the ``timed_s`` it came from."""
+    Returns the ``link``, which ``fit``
+    (:func:`~swinkit.predict.numbers.links.fit_link_or_bandwidth`) and the ``timed_s`` it
+    came from."""
     timed = time_across_nodes(bucket_bytes, nodes=2, progress=progress)
     ranks = 2 * RANKS_PER_NODE
     try:
