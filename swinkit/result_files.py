@@ -1,4 +1,5 @@
-"""Result files that readers see whole (old or new, never truncated), and run locks.
+"""Result files that readers see whole (old or new, never truncated), run locks, and whether
+a process (a lock's owner, a run's) is still alive.
 
 Not measurement: every layer that writes results (ranks, CLIs, reports, the asv glue) uses these."""
 from __future__ import annotations
@@ -76,7 +77,7 @@ class RunLock:
             pid = int(self.lock.read_text().strip() or "0")
         except (OSError, ValueError):
             pid = 0
-        if pid and _pid_alive(pid):
+        if pid and alive(pid):
             raise ValueError(f"{self.path} is being written by a running swinkit process "
                              f"(pid {pid}, lock {self.lock}); wait for it or choose another path")
         stale = sorted(self.path.parent.glob(f".{self.path.name}.*.tmp"))
@@ -90,9 +91,13 @@ class RunLock:
         self.lock.unlink(missing_ok=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def alive(pid: int, group: bool = False) -> bool:
+    """Whether process ``pid`` (``group``: the process group ``pid``) still exists: signal 0
+    checks without sending anything; one this user may not signal exists too. The one
+    liveness check of swinkit (a lock's owner, the agent's supervisor, a run's process group).
+    """
     try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -13,7 +13,6 @@ THESIS_SPEEDUPS = {
     "CRC A100_NVLINK": {1: 1.0, 2: 1.17},
 }
 THESIS_BASE_ITERS = 160_000
-THESIS_IMAGES_PER_GPU = 8
 
 
 def table3_projection(measured: dict, base_iters: int = THESIS_BASE_ITERS) -> dict[int, float]:

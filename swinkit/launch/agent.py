@@ -15,13 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from swinkit.launch.rank import rank_main
-from swinkit.result_files import write_json_atomic
+from swinkit.result_files import alive, write_json_atomic
 
 
 def _signal_name(exitcode: int) -> str | None:
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     supervisor = job.get("supervisor_pid", os.getppid())
     if os.getppid() != supervisor:
-        if not psutil.pid_exists(supervisor):  # killed while this process started
+        if not alive(supervisor):  # killed while this process started
             remove_if_temporary()
             return 1
         supervisor = os.getppid()  # started through a wrapper that forks: watch the parent

@@ -17,6 +17,8 @@ import subprocess
 import threading
 import time
 
+from swinkit.result_files import alive
+
 KILL_GRACE_S = 5.0
 
 
@@ -83,7 +85,7 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) ->
     """SIGTERM the process group led by ``proc`` (the agent lets its ranks go), then SIGKILL
     whatever is left after ``grace_s``."""
     pgid = proc.pid
-    _stop(proc, lambda: {pgid} if group_alive(pgid) else set(), grace_s,
+    _stop(proc, lambda: {pgid} if alive(pgid, group=True) else set(), grace_s,
           terminate=proc.poll() is None)
 
 
@@ -104,16 +106,6 @@ def _stop(proc: subprocess.Popen, groups, grace_s: float, terminate: bool = True
         _signal_group(group, signal.SIGKILL)
     if proc.poll() is None:
         proc.wait()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal_group(pgid: int, sig: int) -> None:

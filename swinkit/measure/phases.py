@@ -21,19 +21,9 @@ is ``unattributed``, never folded into a phase.
 from __future__ import annotations
 
 PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer", "other")
-# Phases in which a rank does its own work (a late rank is late because of one of these).
-WORK_PHASES = ("data_wait", "forward", "backward", "optimizer", "other")
 UNATTRIBUTED = "unattributed"
 BLAME_KEYS = PHASES + (UNATTRIBUTED,)
 
-PHASE_MEANING = {
-    "data_wait": "waiting for the loader, plus the data preprocessor (host-to-device copy, pad)",
-    "forward": "forward and loss, collectives inside it included (DDP's buffer broadcast)",
-    "backward": "backward compute until the last gradient bucket is handed to the all-reduce",
-    "exposed_comm": "the rest of backward: communication not hidden under compute, and waiting",
-    "optimizer": "optimizer step and zero_grad",
-    "other": "the tail of the iteration (LR schedule, bookkeeping)",
-}
 BLAME_MEANING = {
     "data_wait": "time lost to loading: own loading, and others' waits for a rank late from loading",
     "forward": "forward compute, own and that which made other ranks wait",
