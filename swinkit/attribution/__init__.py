@@ -25,4 +25,6 @@
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes
+    noise_scale.py  the gradient noise scale, Pollux's statistical efficiency, goodput
+    convergence.py  steps to a held-out target per cell, efficiency in steps and time
 """
