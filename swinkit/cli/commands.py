@@ -7,6 +7,8 @@ Commands:
     verify-data  decode every image and label map of a data root; name the bad files
     ddp          the instrumented DDP iteration on N ranks: per-phase table and JSON
     validate     blame checked against injected, known causes on this machine (docs/validate.md)
+    converge     steps to a held-out target as batch and world size grow, and goodput
+                 (docs/converge.md)
 
 Examples:
     python -m swinkit describe --preset thesis --json
@@ -15,6 +17,7 @@ Examples:
     python -m swinkit ddp --preset test --world-size 2 --json r.json
     python -m swinkit ddp --preset test --world-size 2 --inject compute_ms=20,ranks=1
     python -m swinkit validate --preset test --world-sizes 1,2
+    python -m swinkit converge --preset test --world-sizes 1,2 --batches 2,4 --lr-rule linear,none
 
 Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
 """
@@ -25,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+from swinkit.cli import converge as converge_cli
 from swinkit.cli import validate as validate_cli
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
@@ -109,6 +113,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="micro-batches per optimizer step (default 1)")
     p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
     validate_cli.add_parser(sub)
+    converge_cli.add_parser(sub, _add_workload_args)
     return parser
 
 
@@ -193,7 +198,8 @@ def _ddp(args) -> int:
 
 
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
-            "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command}
+            "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command,
+            "converge": converge_cli.command}
 
 
 def main(argv: list[str] | None = None) -> int:

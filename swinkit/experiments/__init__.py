@@ -12,4 +12,6 @@
     remedies.py         the remedy catalogue (what-ifs); torch-free
     overhead.py         what the instrumentation costs
     validate.py         the ground-truth matrix's runs (``swinkit validate``)
+    converge_spec.py    ``swinkit converge``'s grid, target and budget, checked; LR rules
+    converge.py         its launches: training to the target, step times; goodput
 """
