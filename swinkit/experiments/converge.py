@@ -1,15 +1,16 @@
 """``swinkit converge``: steps to a held-out target per world size, per-rank batch and
 learning-rate rule, the time to the target, and goodput.
 
-Per world size, two kinds of launch:
+Two kinds of launch:
 
-* one convergence launch (:func:`swinkit.rank.converge.converge_rank`) that trains every
-  (batch, rule, seed) of the grid to the target in turn, and measures the gradient noise scale
-  on the way;
-* per per-rank batch, the step time as swinkit measures it for that configuration: the DDP
-  iteration of ``swinkit ddp --bare`` (:func:`swinkit.runs.ddp_run.run_ddp`, the same overrides,
-  ``step_iters`` measured iterations after 3 of warm-up, the median over ranks of each rank's
-  median). Time to target = steps x that step time.
+* per world size, one convergence launch (:func:`swinkit.rank.converge.converge_rank`) that
+  trains every (batch, rule, seed) of the grid to the target in turn, and measures the
+  gradient noise scale on the way;
+* after all of them, per per-rank batch and world size in turn, the step time as swinkit
+  measures it for that configuration: the DDP iteration of ``swinkit ddp --bare``
+  (:func:`swinkit.runs.ddp_run.run_ddp`, the same overrides, ``step_iters`` measured
+  iterations after 3 of warm-up, the median over ranks of each rank's median). Time to
+  target = steps x that step time.
 
 The numbers are :mod:`swinkit.attribution.convergence`'s. A launch that fails is recorded with
 its diagnosis and the grid goes on; its cells are reported as failed, never as numbers.
@@ -58,14 +59,16 @@ def run_converge(spec: ConvergeSpec, progress=print) -> dict:
         except LaunchError as exc:
             failed[f"converge {ws}"] = exc.diagnosis.summary
             progress(f"world size {ws}: FAILED: {exc.diagnosis.summary}")
-        for b in spec.batches:
-            progress(f"world size {ws}, batch {b}/rank: step time ({spec.step_iters} "
-                     "iterations of swinkit ddp --bare)")
-            try:
-                step_times[(ws, b)] = _step_time(spec, ws, b)
-            except LaunchError as exc:
-                failed[f"step time {ws},{b}"] = exc.diagnosis.summary
-                progress(f"  FAILED: {exc.diagnosis.summary}")
+    # after the training, one after another: the world sizes a time efficiency compares
+    # share the machine's moment (a shared host's load moves over minutes)
+    for b, ws in ((b, ws) for b in spec.batches for ws in spec.world_sizes):
+        progress(f"world size {ws}, batch {b}/rank: step time ({spec.step_iters} iterations "
+                 "of swinkit ddp --bare)")
+        try:
+            step_times[(ws, b)] = _step_time(spec, ws, b)
+        except LaunchError as exc:
+            failed[f"step time {ws},{b}"] = exc.diagnosis.summary
+            progress(f"  FAILED: {exc.diagnosis.summary}")
     base_batch = cfg.images_per_rank
     return {
         "kind": "swinkit-converge", "preset": spec.preset, "data_root": str(root),
