@@ -189,3 +189,48 @@ def test_the_asv_grid_skips_what_it_does_not_run_and_reads_misses_as_nan(monkeyp
     grid["failed"] = {2: "rank 1 was killed by SIGKILL"}
     with pytest.raises(RuntimeError, match="SIGKILL"):
         c.setup(bench.Convergence().setup_cache(), 2, 2, "linear")
+
+
+def test_the_attribution_report_shows_efficiency_in_steps_beside_time():
+    """Rows as tools/attribute.py reads them from asv (bench_converge.Efficiency): a missed
+    cell's efficiency in steps is '-', its efficiency in time still shown."""
+    from swinkit.attribution.convergence import efficiency_from_asv
+    from swinkit.report.converge import efficiency_lines
+    rows = efficiency_from_asv(
+        {("1", "2", "linear"): {"value": 1.0}, ("2", "2", "linear"): {"value": 0.94}},
+        {("1", "2", "linear"): {"value": 1.0}, ("2", "2", "linear"): {"value": 0.36},
+         ("2", "4", "none"): {"value": 0.43}},
+        {("2", "2", "linear"): {"value": 0.34}})
+    assert [(r["world_size"], r["batch"], r["lr_rule"]) for r in rows] == [
+        (1, 2, "linear"), (2, 2, "linear"), (2, 4, "none")]
+    lines = efficiency_lines(rows)
+    assert "efficiency in steps to a held-out target beside efficiency in time" in lines[1]
+    assert lines[-2].split() == ["linear", "2", "2", "0.36", "0.94", "0.34"]
+    assert lines[-1].split() == ["none", "4", "2", "0.43", "-", "-"]
+    assert efficiency_lines(None) == []
+
+
+def test_runs_that_are_one_computation_are_trained_once(monkeypatch):
+    """At world size 1 with the base batch every rule gives lr0: linear and none are the same
+    run, launched once and reported under both names; at world size 2 they differ."""
+    import swinkit.experiments.converge as converge
+    launched = []
+
+    class Result:
+        def __init__(self, runs):
+            self.result = {"ranks": [{"runs": [dict(r, steps=10) for r in runs]}]}
+
+    def fake_launch(entry, kwargs, config, quiet=False):
+        launched.append([(r["lr_rule"], r["seed"]) for r in kwargs["runs"]])
+        return Result(kwargs["runs"])
+    monkeypatch.setattr(converge, "launch", fake_launch)
+    spec = ConvergeSpec(world_sizes=(1, 2), batches=(2,), lr_rules=("linear", "none"),
+                        seeds=2).validate()
+    plan = spec.plan()
+    one = converge.train_to_target(spec, spec.base_config(), 1, plan[1], progress=print)
+    two = converge.train_to_target(spec, spec.base_config(), 2, plan[2], progress=print)
+    assert launched == [[("linear", 0), ("linear", 1)],
+                        [("linear", 0), ("linear", 1), ("none", 0), ("none", 1)]]
+    assert [(r["lr_rule"], r["same_run_as"]) for r in one] == [
+        ("linear", None), ("linear", None), ("none", "linear"), ("none", "linear")]
+    assert all(r["same_run_as"] is None for r in two)

@@ -53,9 +53,8 @@ def run_converge(spec: ConvergeSpec, progress=print) -> dict:
     started, t0, load = _now(), time.monotonic(), foreign_load()
     runs, step_times, failed = [], {}, {}
     for ws, cell_runs in plan.items():
-        progress(f"world size {ws}: {len(cell_runs)} runs to the target")
         try:
-            runs += train_to_target(spec, cfg, ws, cell_runs)
+            runs += train_to_target(spec, cfg, ws, cell_runs, progress=progress)
         except LaunchError as exc:
             failed[f"converge {ws}"] = exc.diagnosis.summary
             progress(f"world size {ws}: FAILED: {exc.diagnosis.summary}")
@@ -88,7 +87,7 @@ def run_converge(spec: ConvergeSpec, progress=print) -> dict:
 
 
 def train_to_target(spec: ConvergeSpec, cfg, world_size: int, runs: list[dict],
-                    quiet: bool = False) -> list[dict]:
+                    quiet: bool = False, progress=print) -> list[dict]:
     """One convergence launch at ``world_size``: the records of ``runs`` (from
     :meth:`ConvergeSpec.plan`, trained in turn), as rank 0 returns them. Raises LaunchError.
 
@@ -99,6 +98,9 @@ def train_to_target(spec: ConvergeSpec, cfg, world_size: int, runs: list[dict],
     unique: dict = {}
     for r in runs:
         unique.setdefault(key(r), r)
+    shared = len(runs) - len(unique)
+    progress(f"world size {world_size}: {len(runs)} runs to the target" + (
+        f" ({len(unique)} trained; {shared} the same as another rule's)" if shared else ""))
     result = launch(ENTRY, _rank_kwargs(spec, cfg, list(unique.values())),
                     _launch_config(spec, world_size),
                     quiet=quiet)

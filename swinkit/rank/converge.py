@@ -18,6 +18,7 @@ import math
 import random
 import statistics
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,12 +34,29 @@ from swinkit.rank.held_out import HeldOut, HeldOutScore
 PROGRESS_EVERY_S = 15.0  # a progress line at most this often within one run (rank 0)
 
 
-def cell_config(preset: str, data_root: str, overrides: dict, device: str, run: dict):
-    """The config of one run: the preset with the run's per-rank batch, learning rate and
-    warm-up (``run``: ``batch``, ``lr``, ``warmup``)."""
-    return load_config(preset, data_root, {**overrides, "images_per_rank": run["batch"],
-                                           "optim_wrapper.optimizer.lr": run["lr"],
-                                           "warmup_iters": run["warmup"]}, device=device)
+@dataclass
+class Job:
+    """What every run of one launch shares: the workload, the target and the budget, and the
+    data sets built once (the training set's index and the decoded held-out images)."""
+    preset: str
+    data_root: str
+    overrides: dict
+    device: str
+    target: dict
+    eval_every: int
+    max_steps: int
+    reduction: str
+    workers: int | None
+    train_set: object = None
+    held_out: HeldOut | None = None
+
+    def config(self, run: dict):
+        """The config of one run: the preset with the run's per-rank batch, learning rate
+        and warm-up (``run``: ``batch``, ``lr``, ``warmup``)."""
+        return load_config(self.preset, self.data_root,
+                           {**self.overrides, "images_per_rank": run["batch"],
+                            "optim_wrapper.optimizer.lr": run["lr"],
+                            "warmup_iters": run["warmup"]}, device=self.device)
 
 
 def reached(score: HeldOutScore, target: dict) -> bool:
@@ -66,27 +84,25 @@ def converge_rank(rank, preset: str, data_root: str, overrides: dict, device: st
             (:class:`~swinkit.rank.grad_noise.GradNoise`).
         workers: loader workers per rank (default: the preset's).
     """
-    first = cell_config(preset, data_root, overrides, device, runs[0])
-    train_set = build_dataset(first)
-    held_out = HeldOut(first, rank.rank, rank.world_size)
+    job = Job(preset, data_root, overrides, device, target, eval_every, max_steps, reduction,
+              workers)
+    first = job.config(runs[0])
+    job.train_set = build_dataset(first)
+    job.held_out = HeldOut(first, rank.rank, rank.world_size)
     records = []
     for n, run in enumerate(runs):
         label = (f"world size {rank.world_size}, batch {run['batch']}/rank, lr {run['lr_rule']}"
                  f" ({run['lr']:.3g}), seed {run['seed']} [{n + 1}/{len(runs)}]")
-        record = _train_to_target(rank, preset, data_root, overrides, device, run, target,
-                                  eval_every, max_steps, reduction, workers, train_set,
-                                  held_out, label)
-        records.append(dict(run, **record, train_images=len(train_set),
-                            held_out_images=held_out.total))
+        records.append(dict(run, **_train_to_target(rank, job, run, label),
+                            train_images=len(job.train_set), held_out_images=job.held_out.total))
         gc.collect()  # the last run's model, optimizer and loader before the next is built
     return {"rank": rank.rank, "runs": records} if rank.rank == 0 else {"rank": rank.rank}
 
 
-def _train_to_target(rank, preset, data_root, overrides, device, run, target, eval_every,
-                     max_steps, reduction, workers, train_set, held_out, label) -> dict:
+def _train_to_target(rank, job: Job, run: dict, label: str) -> dict:
     """One seed of one cell, from a fresh model to the target or the step budget."""
     # Long: set-up, the loop and its evaluations read top to bottom, as the module doc lists.
-    cfg = cell_config(preset, data_root, overrides, device, run)
+    cfg = job.config(run)
     cuda = cfg.device == "cuda"
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
     # MMSeg's crops, flips and colour jitter draw from numpy's and Python's generators
@@ -95,15 +111,16 @@ def _train_to_target(rank, preset, data_root, overrides, device, run, target, ev
     torch.manual_seed(run["seed"])  # the same initial weights on every rank, at every world size
     model = build_segmentor(cfg).to(dev)
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
-    noise = GradNoise(rank.world_size, reduction=reduction)
+    noise = GradNoise(rank.world_size, reduction=job.reduction)
     noise.attach(ddp)
     optim, schedulers = build_optimizer(cfg, model)
-    stream = batches(build_loader(cfg, train_set, rank.rank, rank.world_size, workers,
-                                  seed=run["seed"], timeout_s=120 if cfg.loader_workers else 0))
+    workers = cfg.loader_workers if job.workers is None else job.workers
+    stream = batches(build_loader(cfg, job.train_set, rank.rank, rank.world_size, workers,
+                                  seed=run["seed"], timeout_s=120 if workers else 0))
     curve, step_s, eval_s, train_loss = [], [], 0.0, torch.zeros(2, dtype=torch.float64)
     outcome, last_print, start = "budget", time.monotonic(), time.monotonic()
-    _say(rank, f"{label}: training to {_target_text(target)}, at most {max_steps} steps")
-    for step in range(1, max_steps + 1):
+    _say(rank, f"{label}: training to {_target_text(job.target)}, at most {job.max_steps} steps")
+    for step in range(1, job.max_steps + 1):
         t0 = time.perf_counter()
         data = model.data_preprocessor(next(stream), training=True)
         loss, _ = model.parse_losses(ddp(**data, mode="loss"))
@@ -116,18 +133,15 @@ def _train_to_target(rank, preset, data_root, overrides, device, run, target, ev
         train_loss += torch.tensor([float(loss.detach()), 1.0], dtype=torch.float64)
         step_s.append(time.perf_counter() - t0)
         rank.heartbeat(step)
-        if step % eval_every and step != max_steps:
+        if step % job.eval_every and step != job.max_steps:
             continue
         t1 = time.perf_counter()
-        score, mean_train = held_out.evaluate(model), _mean_over_ranks(train_loss)
+        score, mean_train = job.held_out.evaluate(model), _mean_over_ranks(train_loss)
         eval_s += time.perf_counter() - t1
         train_loss.zero_()
         curve.append({"step": step, "held_out_loss": score.loss, "miou_pct": score.miou_pct,
                       "train_loss": mean_train})
-        if not (math.isfinite(score.loss) and math.isfinite(mean_train)):
-            outcome = "diverged"  # the same all-reduced figures on every rank: all stop
-        elif reached(score, target):
-            outcome = "reached"
+        outcome = _outcome(score, mean_train, job.target)
         if outcome != "budget" or time.monotonic() - last_print > PROGRESS_EVERY_S:
             last_print = time.monotonic()
             _say(rank, f"  step {step}: held-out loss {score.loss:.4f}, mIoU "
@@ -137,10 +151,18 @@ def _train_to_target(rank, preset, data_root, overrides, device, run, target, ev
     steps = curve[-1]["step"]
     _say(rank, f"  {_outcome_text(outcome, steps)} ({time.monotonic() - start:.0f} s)")
     return {"outcome": outcome, "steps": steps if outcome == "reached" else None,
-            "steps_run": steps, "curve": curve, "noise": _noise_totals(noise, run["batch"],
-                                                                       rank.world_size),
+            "steps_run": steps, "curve": curve,
+            "noise": _noise_totals(noise, run["batch"], rank.world_size),
             "in_run_step_s": statistics.median(step_s), "eval_s": eval_s,
             "wall_s": time.monotonic() - start}
+
+
+def _outcome(score: HeldOutScore, mean_train: float, target: dict) -> str:
+    """``diverged`` (a loss not finite: the same all-reduced figures on every rank, so every
+    rank stops), ``reached``, or ``budget`` (go on)."""
+    if not (math.isfinite(score.loss) and math.isfinite(mean_train)):
+        return "diverged"
+    return "reached" if reached(score, target) else "budget"
 
 
 def _mean_over_ranks(loss_and_count: torch.Tensor) -> float:
