@@ -34,7 +34,9 @@ def test_noise_dominated_estimate_gives_no_noise_scale():
     assert est.grad_sq == pytest.approx(-0.2) and est.b_simple is None
     with pytest.raises(ValueError, match="b_small < b_big"):
         noise_scale(4, 4, 1.0, 1.0)
-    assert pooled_noise_scale([{"b_simple": None}]) is None
+    assert pooled_noise_scale([]) is None
+    pooled = pooled_noise_scale([{"steps": 5, "grad_sq": -0.2, "trace_sigma": 1.0}])
+    assert pooled.b_simple is None
 
 
 def _simulated(d, sigma, g, per_rank, ranks, steps, seed):

@@ -113,12 +113,14 @@ def noise_estimates(runs: list[dict]) -> list[dict]:
 
 def goodput_table(cell_rows: list[dict], estimates: list[dict], base_batch: int) -> dict:
     """Throughput, Pollux's statistical efficiency and goodput per (world size, per-rank
-    batch), with the gradient noise scale pooled over the runs (median), and the measured
-    efficiency beside the predicted one where the base batch's cell reached the target.
+    batch), with the gradient noise scale pooled over the runs (:func:`pooled_noise_scale`;
+    also per batch per rank, and each run's own where its |G|^2 came out positive), and the
+    measured efficiency beside the predicted one where the base batch's cell reached it.
 
     The throughput is the global batch over the step time (the learning-rate rule does not
     change it); the best row is the one with the highest goodput."""
-    phi = pooled_noise_scale(estimates)
+    pooled = pooled_noise_scale(estimates)
+    phi = pooled.b_simple if pooled else None
     steps_at = {(c["lr_rule"], c["global_batch"]): c["steps"] for c in cell_rows}
     rows, seen = [], set()
     for c in sorted(cell_rows, key=lambda c: (c["batch"], c["world_size"])):
@@ -141,14 +143,17 @@ def goodput_table(cell_rows: list[dict], estimates: list[dict], base_batch: int)
         rows.append(row)
     best = max((r for r in rows if r["goodput"] is not None), key=lambda r: r["goodput"],
                default=None)
+    by_batch = {}
+    for b in sorted({e["batch"] for e in estimates}):
+        alone = pooled_noise_scale([e for e in estimates if e["batch"] == b])
+        by_batch[b] = alone.b_simple if alone else None
+    per_run = [e["b_simple"] for e in estimates if e["b_simple"] is not None]
     return {"noise_scale": phi, "base_batch": base_batch, "runs_estimated": len(estimates),
-            "noise_scale_spread": _spread([e["b_simple"] for e in estimates]), "rows": rows,
+            # runs whose own |G|^2 estimate came out <= 0: their noise swamped the signal
+            "runs_noise_dominated": len(estimates) - len(per_run),
+            "noise_scale_spread": [min(per_run), max(per_run)] if per_run else None,
+            "noise_scale_by_batch": by_batch, "rows": rows,
             "best": {k: best[k] for k in ("world_size", "batch", "goodput")} if best else None}
-
-
-def _spread(values: list) -> list[float] | None:
-    values = [v for v in values if v is not None]
-    return [min(values), max(values)] if values else None
 
 
 def summarize(runs: list[dict], step_times: dict, base_batch: int) -> dict:

@@ -25,7 +25,6 @@ so a larger batch pays only while its throughput grows faster than its efficienc
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -88,17 +87,24 @@ def goodput(images_per_s: float, phi: float, batch: float, base_batch: float) ->
     return images_per_s * statistical_efficiency(phi, batch, base_batch)
 
 
-def pooled_noise_scale(estimates: list[dict]) -> float | None:
-    """One phi from several runs' estimates (``{"b_simple": float | None}``): the median of
-    those that could be estimated; None where none could.
+def pooled_noise_scale(estimates: list[dict]) -> NoiseScale | None:
+    """One estimate from several runs' (``{"steps", "grad_sq", "trace_sigma"}`` each): |G|^2
+    and tr(Sigma) averaged over all their steps (each run's unbiased estimates weighted by its
+    steps), then divided, as within a run. Runs whose own |G|^2 came out <= 0 count too:
+    dropping them would keep the runs whose noise happened to fall one way. None without
+    steps.
 
-    >>> pooled_noise_scale([{"b_simple": 4.0}, {"b_simple": None}, {"b_simple": 10.0},
-    ...                     {"b_simple": 6.0}])
-    6.0
+    |G|^2 = (10 x 1.0 + 30 x -0.2) / 40 = 0.1, tr(Sigma) = (10 x 8 + 30 x 4) / 40 = 5:
+
+    >>> est = pooled_noise_scale([{"steps": 10, "grad_sq": 1.0, "trace_sigma": 8.0},
+    ...                           {"steps": 30, "grad_sq": -0.2, "trace_sigma": 4.0}])
+    >>> round(est.grad_sq, 9), est.trace_sigma, round(est.b_simple, 6)
+    (0.1, 5.0, 50.0)
     """
-    values = sorted(e["b_simple"] for e in estimates
-                    if e.get("b_simple") is not None and math.isfinite(e["b_simple"]))
-    if not values:
+    steps = sum(e["steps"] for e in estimates)
+    if not steps:
         return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    grad_sq = sum(e["steps"] * e["grad_sq"] for e in estimates) / steps
+    trace = sum(e["steps"] * e["trace_sigma"] for e in estimates) / steps
+    ok = grad_sq > 0 and trace >= 0
+    return NoiseScale(grad_sq, trace, trace / grad_sq if ok else None)

@@ -63,12 +63,19 @@ def scaling_table(result: dict) -> list[str]:
 def goodput_lines(result: dict) -> list[str]:
     g = result["goodput"]
     if g["noise_scale"] is None:
-        return ["goodput: no gradient noise scale (it needs a run at world size >= 2: one "
-                "rank's gradient against the all-reduced one)"]
-    spread = g["noise_scale_spread"]
-    lines = [f"gradient noise scale B_simple = {g['noise_scale']:.3g} images (median of "
-             f"{g['runs_estimated']} runs at world size >= 2, range {spread[0]:.3g}-"
-             f"{spread[1]:.3g}); base batch m0 = {g['base_batch']}"]
+        why = ("the noise swamped |G|^2 in every estimate: more steps are needed"
+               if g["runs_estimated"] else "it needs a run at world size >= 2: one rank's "
+               "gradient against the all-reduced one")
+        return [f"goodput: no gradient noise scale ({why})"]
+    spread, dominated = g["noise_scale_spread"], g.get("runs_noise_dominated", 0)
+    by_batch = ", ".join(f"{_f(v, '.3g')} at batch {b}/rank"
+                         for b, v in g.get("noise_scale_by_batch", {}).items())
+    lines = [f"gradient noise scale B_simple = {g['noise_scale']:.3g} images (|G|^2 and "
+             f"tr(Sigma) averaged over the steps of {g['runs_estimated']} runs at world size "
+             f">= 2, then divided; {by_batch}); base batch m0 = {g['base_batch']}",
+             "  per run: " + (f"{spread[0]:.3g}-{spread[1]:.3g}" if spread else "none")
+             + (f"; {dominated} runs noise-dominated alone (|G|^2 estimate <= 0)"
+                if dominated else "")]
     rules = sorted({r for row in g["rows"] for r in row["measured_efficiency"]})
     rows = [[str(r["world_size"]), str(r["batch"]), str(r["global_batch"]),
              _f(r["images_per_s"], ".1f"), _f(r["efficiency"], ".2f"),
