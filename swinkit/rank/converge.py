@@ -136,7 +136,7 @@ def _train_to_target(rank, job: Job, run: dict, label: str) -> dict:
         if step % job.eval_every and step != job.max_steps:
             continue
         t1 = time.perf_counter()
-        score, mean_train = job.held_out.evaluate(model), _mean_over_ranks(train_loss)
+        score, mean_train = job.held_out.evaluate(model), _mean_over_ranks(train_loss, dev)
         eval_s += time.perf_counter() - t1
         train_loss.zero_()
         curve.append({"step": step, "held_out_loss": score.loss, "miou_pct": score.miou_pct,
@@ -152,7 +152,7 @@ def _train_to_target(rank, job: Job, run: dict, label: str) -> dict:
     _say(rank, f"  {_outcome_text(outcome, steps)} ({time.monotonic() - start:.0f} s)")
     return {"outcome": outcome, "steps": steps if outcome == "reached" else None,
             "steps_run": steps, "curve": curve,
-            "noise": _noise_totals(noise, run["batch"], rank.world_size),
+            "noise": _noise_totals(noise, run["batch"], rank.world_size, dev),
             "in_run_step_s": statistics.median(step_s), "eval_s": eval_s,
             "wall_s": time.monotonic() - start}
 
@@ -165,17 +165,18 @@ def _outcome(score: HeldOutScore, mean_train: float, target: dict) -> str:
     return "reached" if reached(score, target) else "budget"
 
 
-def _mean_over_ranks(loss_and_count: torch.Tensor) -> float:
-    """The training loss per step since the last evaluation, averaged over the ranks."""
-    total = loss_and_count.clone()
+def _mean_over_ranks(loss_and_count: torch.Tensor, device: torch.device) -> float:
+    """The training loss per step since the last evaluation, averaged over the ranks (the sum
+    crosses ranks on ``device``: NCCL reduces GPU tensors only)."""
+    total = loss_and_count.to(device)
     if dist.is_initialized():
         dist.all_reduce(total)
     return float(total[0] / total[1])
 
 
-def _noise_totals(noise: GradNoise, batch: int, world: int) -> dict:
+def _noise_totals(noise: GradNoise, batch: int, world: int, device: torch.device) -> dict:
     """|g_small|^2 averaged over ranks and steps, |g_big|^2 over steps, and both batch sizes."""
-    totals = torch.tensor([noise.small_sq], dtype=torch.float64)
+    totals = torch.tensor([noise.small_sq], dtype=torch.float64, device=device)
     if dist.is_initialized():
         dist.all_reduce(totals)
     steps = max(noise.steps, 1)
