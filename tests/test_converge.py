@@ -234,3 +234,12 @@ def test_runs_that_are_one_computation_are_trained_once(monkeypatch):
     assert [(r["lr_rule"], r["same_run_as"]) for r in one] == [
         ("linear", None), ("linear", None), ("none", "linear"), ("none", "linear")]
     assert all(r["same_run_as"] is None for r in two)
+
+
+def test_an_older_commit_without_convergence_is_skipped_not_failed(monkeypatch):
+    """asv's history mode runs this file against commits whose swinkit has no converge."""
+    from benchmarks import bench_converge as bench
+    monkeypatch.setattr(bench, "_has_convergence", lambda: False)
+    sweep = bench.Convergence().setup_cache()
+    with pytest.raises(NotImplementedError, match="has no convergence run"):
+        bench.Convergence().setup(sweep, 1, 2, "linear")
