@@ -29,4 +29,6 @@
     validation.py   the ground-truth matrix scored: blame against injected causes
     validation_cells.py the cells that tell charging rules apart: two stragglers, a small delay
     scorecard.py    a held-out prediction's scorecard: worst launch, range, naive beside, host spread
+    noise_scale.py  the gradient noise scale, Pollux's statistical efficiency, goodput
+    convergence.py  steps to a held-out target per cell, efficiency in steps and time
 """

@@ -15,4 +15,6 @@
     overhead.py         what the instrumentation costs
     validate.py         the ground-truth matrix's runs (``swinkit validate``)
     scorecard.py        K fresh held-out launches, scored and kept with commit, host, date
+    converge_spec.py    ``swinkit converge``'s grid, target and budget, checked; LR rules
+    converge.py         its launches: training to the target, step times; goodput
 """
