@@ -42,6 +42,7 @@ class ValidateSpec:
     placements: tuple[str, ...] = scoring.PLACEMENTS
     amount_ms: float = DEFAULT_AMOUNT_MS     # per injected iteration
     small_ms: float = cells_.SMALL_MS        # the small-delay cell's
+    pair_data_ms: float = cells_.PAIR_DATA_MS  # the two stragglers' loading delay
     iters: int = 10                          # measured: 5 injected, 5 clean
     warmup: int = 2
     oversubscribe: bool = False
@@ -63,7 +64,7 @@ class ValidateSpec:
         if bad or not self.placements:
             raise ValueError(f"placements: unknown {bad or 'none given'}; choose from "
                              f"{', '.join(scoring.PLACEMENTS)}")
-        for name in ("amount_ms", "small_ms"):
+        for name in ("amount_ms", "small_ms", "pair_data_ms"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         check_int("iters", self.iters, 2)
@@ -75,24 +76,34 @@ class ValidateSpec:
             except ValueError as exc:
                 raise ValueError(f"world_sizes: {ws}: {exc}") from None
 
-    def injection(self, case: str, placement: str, world_size: int, images_per_rank: int
-                  ) -> Injection:
-        """The case's injection; ``data_ms`` is per sample, so the amount is split over them.
-        The two stragglers: both delays (:func:`~swinkit.attribution.validation_cells.
-        pair_ranks`), each on its own rank; the small delay: ``small_ms`` on the last rank."""
+    def pair_amount_ms(self, kind: str) -> float:
+        """A delay of the two stragglers, per injected iteration: the loading one small enough
+        that loading stays shorter than forward (see :data:`~swinkit.attribution.
+        validation_cells.PAIR_DATA_MS`), the other the matrix's amount (its run alone is
+        then the one-rank cell's)."""
+        return self.pair_data_ms if kind == "data_ms" else self.amount_ms
+
+    def injection(self, case: str, placement: str, world_size: int, images_per_rank: int,
+                  amount_ms: float | None = None) -> Injection:
+        """The case's injection (``amount_ms``: instead of the matrix's); ``data_ms`` is per
+        sample, so the amount is split over them. The two stragglers: both delays
+        (:func:`~swinkit.attribution.validation_cells.pair_ranks`), each on its own rank; the
+        small delay: ``small_ms`` on the last rank."""
         if case == scoring.TWO_STRAGGLERS:
-            return combine([self.injection(kind, str(rank), world_size, images_per_rank)
+            return combine([self.injection(kind, str(rank), world_size, images_per_rank,
+                                           self.pair_amount_ms(kind))
                             for kind, rank in cells_.pair_ranks(world_size)])
         if case == scoring.SMALL_DELAY:
             return Injection(**{cells_.SMALL_KIND: self.small_ms}, ranks=(world_size - 1,),
                              every=2)
-        value = self.amount_ms / images_per_rank if case == "data_ms" else self.amount_ms
+        amount = self.amount_ms if amount_ms is None else amount_ms
+        value = amount / images_per_rank if case == "data_ms" else amount
         ranks = (None if placement == "all" else (world_size - 1,) if placement == "one"
                  else (int(placement),))
         return Injection(**{case: value}, ranks=ranks, every=2)
 
     def run_spec(self, world_size: int, case: str, placement: str,
-                 images_per_rank: int = 1) -> DDPRunSpec:
+                 images_per_rank: int = 1, amount_ms: float | None = None) -> DDPRunSpec:
         """The run of one cell (``placement``: all, one, or a rank's number)."""
         launch = LaunchConfig(world_size=world_size, allow_oversubscribe=self.oversubscribe,
                               wall_timeout_s=self.wall_timeout_s)
@@ -100,7 +111,8 @@ class ValidateSpec:
         # workers 0: data_ms with every=2 needs the loading in step with the iterations
         return DDPRunSpec(preset=self.preset, world_size=world_size, iters=iters,
                           warmup=self.warmup, workers=0, data_root=self.data_root,
-                          injection=self.injection(case, placement, world_size, images_per_rank),
+                          injection=self.injection(case, placement, world_size, images_per_rank,
+                                                   amount_ms),
                           launch=launch)
 
 
@@ -177,10 +189,10 @@ def _run_cell(spec, ws, case, placement, images, head, progress, runs: dict) -> 
     t0 = time.perf_counter()
     load = foreign_load()
 
-    def run(case_, placement_):
-        key = (ws, case_, placement_)  # the same spec: made once per matrix
+    def run(case_, placement_, amount_ms=None):
+        key = (ws, case_, placement_, amount_ms)  # the same spec: made once per matrix
         if key not in runs:
-            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images),
+            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images, amount_ms),
                                 progress=lambda s: None)
         return runs[key]
     try:
@@ -201,8 +213,11 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     """One cell scored from its run(s) (``run(case, placement)`` makes or reuses one)."""
     t = spec.thresholds
     if case == scoring.TWO_STRAGGLERS:
-        # each delay alone; on the last rank it is the one-rank cell's run, made once
-        alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank))
+        # each delay alone; the last rank's at the matrix's amount is the one-rank cell's run,
+        # made once
+        alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank),
+                           None if spec.pair_amount_ms(kind) == spec.amount_ms
+                           else spec.pair_amount_ms(kind))
                  for kind, rank in cells_.pair_ranks(ws)}
         return cells_.score_pair(run(case, placement), alone, t)
     if case == scoring.SMALL_DELAY:
@@ -243,6 +258,8 @@ def _where(case: str, placement: str, ws: int) -> str:
 
 
 def _summary(cell: dict) -> str:
+    if "skipped" in cell:   # no verdict (shown with its figures where it has them)
+        return f"skipped: {cell['skipped']}"
     if "share" not in cell:
         return "FAIL: " + "; ".join(cell["failures"])
     if "late" in cell:  # the two stragglers
@@ -262,7 +279,8 @@ def record(spec: ValidateSpec, cells: list[dict], started: str) -> dict:
     """The saved validation: the cells with what they ran on (machine, commit, settings)."""
     return {"kind": "swinkit-validation", "preset": spec.preset,
             "world_sizes": list(spec.world_sizes), "cases": list(spec.cases),
-            "amount_ms": spec.amount_ms, "small_ms": spec.small_ms, "iters": spec.iters,
+            "amount_ms": spec.amount_ms, "small_ms": spec.small_ms,
+            "pair_data_ms": spec.pair_data_ms, "iters": spec.iters,
             "warmup": spec.warmup,
             "thresholds": spec.thresholds.to_dict(), "oversubscribe": spec.oversubscribe,
             "shared_cores": [ws for ws in spec.world_sizes if shares_cores(ws)],
