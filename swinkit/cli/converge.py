@@ -111,7 +111,7 @@ def as_option(message: str) -> str:
 
 def command(args) -> int:
     from swinkit.experiments.converge import run_converge
-    from swinkit.experiments.validate import git_commit
+    from swinkit.experiments.provenance import git_commit
     from swinkit.report.converge import text
     from swinkit.result_files import RunLock, write_json_atomic
     spec = spec_from_args(args)  # before any process starts

@@ -109,7 +109,8 @@ def _as_option(message: str) -> str:
 
 def command(args) -> int:
     from swinkit.attribution.validation import all_passed, default_path
-    from swinkit.experiments.validate import git_commit, run_validation, shares_cores
+    from swinkit.experiments.provenance import git_commit
+    from swinkit.experiments.validate import run_validation, shares_cores
     from swinkit.report import validation as render
     from swinkit.result_files import RunLock, write_json_atomic
     spec = spec_from_args(args)  # before any process starts

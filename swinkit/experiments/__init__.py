@@ -17,4 +17,5 @@
     scorecard.py        K fresh held-out launches, scored and kept with commit, host, date
     converge_spec.py    ``swinkit converge``'s grid, target and budget, checked; LR rules
     converge.py         its launches: training to the target, step times; goodput
+    provenance.py       what a saved result ran on: commit, machine, time, the host's load
 """

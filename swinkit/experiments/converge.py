@@ -24,7 +24,7 @@ from swinkit.config import resolve_data_root
 from swinkit.data.loader import ensure_data
 from swinkit.data.validation import check_validation_split
 from swinkit.experiments.converge_spec import ConvergeSpec
-from swinkit.experiments.validate import _now, foreign_load, git_commit, machine
+from swinkit.experiments.provenance import foreign_load, git_commit, machine, now_utc
 from swinkit.launch import LaunchConfig, LaunchError, launch
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
@@ -50,7 +50,7 @@ def run_converge(spec: ConvergeSpec, progress=print) -> dict:
     check_validation_split(cfg.data_root)
     for ws in spec.world_sizes:  # cores or GPUs enough, before the first launch
         _launch_config(spec, ws).validate()
-    started, t0, load = _now(), time.monotonic(), foreign_load()
+    started, t0, load = now_utc(), time.monotonic(), foreign_load()
     runs, step_times, failed = [], {}, {}
     for ws, cell_runs in plan.items():
         try:
@@ -81,7 +81,7 @@ def run_converge(spec: ConvergeSpec, progress=print) -> dict:
         "step_times": {f"{ws},{b}": t for (ws, b), t in step_times.items()},
         "runs": runs, "failed": failed,
         **summarize(runs, {k: t["step_s"] for k, t in step_times.items()}, base_batch),
-        "machine": machine(), **git_commit(), "started": started, "finished": _now(),
+        "machine": machine(), **git_commit(), "started": started, "finished": now_utc(),
         "wall_s": time.monotonic() - t0, "foreign_cores": load(),
     }
 

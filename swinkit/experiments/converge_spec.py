@@ -116,6 +116,10 @@ class ConvergeSpec:
             check_int("batches", b, 2)
         warmup = self.warmup if self.warmup is not None else cfg.warmup_iters
         check_int("warmup", warmup, 0)
+        if cfg.precision == "fp16":
+            # its loss scaling multiplies the gradients the noise scale reads; bf16 needs none
+            raise ValueError("precision: fp16 is not supported by converge (GradScaler's "
+                             "scaled gradients would be read as the gradient noise): use bf16")
         return _replace(self, target_loss=target_loss, target_miou=target_miou,
                         max_steps=max_steps, eval_every=eval_every, warmup=warmup,
                         batches=tuple(sorted(set(batches))),

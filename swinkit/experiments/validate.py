@@ -12,14 +12,9 @@ reason; a failed launch is recorded as a failed cell and the matrix goes on.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
-import resource
-import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from swinkit.attribution import validation as scoring
 from swinkit.attribution import validation_cells as cells_
@@ -27,7 +22,8 @@ from swinkit.config import load_config
 from swinkit.injection import Injection, combine
 from swinkit.input_checks import check_int
 from swinkit.launch import LaunchConfig, LaunchError
-from swinkit.runs.ddp_run import DDPRunSpec, environment, run_ddp
+from swinkit.experiments.provenance import foreign_load, git_commit, machine, now_utc
+from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
 # Per injected iteration: well above the test preset's iteration-to-iteration noise on 2 CPU
 # cores (tests/test_ddp.py's 120 ms; the iteration itself is ~50 ms there).
@@ -142,7 +138,7 @@ def shares_cores(world_size: int) -> bool:
 def run_validation(spec: ValidateSpec, progress=print) -> dict:
     """Every cell of the matrix; returns the validation record (see :func:`record`)."""
     spec.validate()
-    started = _now()
+    started = now_utc()
     plan = [(ws, case, placement) for ws in spec.world_sizes for case in spec.cases
             for placement in _placements(spec, case)]
     return record(spec, run_cells(spec, plan, progress), started)
@@ -225,30 +221,7 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     return scoring.score_cell(run(case, placement), case, placement, spec.amount_ms / 1e3, t)
 
 
-def foreign_load():
-    """Start measuring; the returned function gives the cores' worth of CPU that anything
-    outside this process tree took meanwhile (the machine's busy time from /proc/stat, steal
-    included, minus this process's and its waited-for children's). NaN where unreadable."""
-    def sample():
-        try:
-            with open("/proc/stat") as f:
-                fields = f.readline().split()[1:]
-        except OSError:
-            return None
-        busy = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / os.sysconf("SC_CLK_TCK")
-        own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
-        return time.monotonic(), busy, own
 
-    start = sample()
-
-    def stop() -> float:
-        end = sample()
-        if start is None or end is None:
-            return float("nan")
-        (t0, busy0, own0), (t1, busy1, own1) = start, end
-        return max((busy1 - busy0) - (own1 - own0), 0.0) / max(t1 - t0, 1e-9)
-    return stop
 
 
 def _where(case: str, placement: str, ws: int) -> str:
@@ -284,27 +257,5 @@ def record(spec: ValidateSpec, cells: list[dict], started: str) -> dict:
             "warmup": spec.warmup,
             "thresholds": spec.thresholds.to_dict(), "oversubscribe": spec.oversubscribe,
             "shared_cores": [ws for ws in spec.world_sizes if shares_cores(ws)],
-            "machine": machine(), **git_commit(), "started": started, "finished": _now(),
+            "machine": machine(), **git_commit(), "started": started, "finished": now_utc(),
             "cells": cells, "tally": scoring.tally(cells)}
-
-
-def machine() -> dict:
-    return {"hostname": socket.gethostname(), **environment()}
-
-
-def git_commit(repo: str | Path | None = None) -> dict:
-    """``{"commit", "dirty"}`` of the checkout swinkit runs from; None where there is no git."""
-    where = Path(repo) if repo else Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
-                                text=True, timeout=30, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=where, capture_output=True, text=True, timeout=30,
-                                    check=True).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

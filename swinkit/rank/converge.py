@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from swinkit.config import load_config
 from swinkit.data.loader import batches, build_dataset, build_loader
+from swinkit.model.precision import training_precision
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.rank.grad_noise import GradNoise
 from swinkit.rank.held_out import HeldOut, HeldOutScore
@@ -110,6 +111,9 @@ def _train_to_target(rank, job: Job, run: dict, label: str) -> dict:
     random.seed(run["seed"] + rank.rank)
     torch.manual_seed(run["seed"])  # the same initial weights on every rank, at every world size
     model = build_segmentor(cfg).to(dev)
+    # the preset's precision (bf16: autocast around forward and loss; fp16 is refused before
+    # launch: its loss scaling would reach the gradients the noise scale reads)
+    amp = training_precision(cfg.precision, dev, cudnn_benchmark=cfg.cudnn_benchmark)
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
     noise = GradNoise(rank.world_size, reduction=job.reduction)
     noise.attach(ddp)
@@ -123,7 +127,8 @@ def _train_to_target(rank, job: Job, run: dict, label: str) -> dict:
     for step in range(1, job.max_steps + 1):
         t0 = time.perf_counter()
         data = model.data_preprocessor(next(stream), training=True)
-        loss, _ = model.parse_losses(ddp(**data, mode="loss"))
+        with amp.autocast():
+            loss, _ = model.parse_losses(ddp(**data, mode="loss"))
         loss.backward()
         noise.after_backward(model.parameters())
         optim.step()
