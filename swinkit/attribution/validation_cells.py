@@ -97,7 +97,7 @@ def _late_phases(result: dict, pair: list[tuple[str, int]]) -> dict[str, str | N
 def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thresholds()) -> dict:
     """The small-delay cell from its run: every rank's added time on backward within the
     larger of ``recovery_tol`` of the delay and the run's detection threshold of it. A delay
-    below the threshold gets no verdict: the cell is counted as skipped, saying so, with its
+    below twice the threshold gets no verdict: the cell is inconclusive, saying so, with its
     figures kept (a noisy host cannot tell it from nothing, right or wrong). The share, residual and
     straggler are shown, not judged: near the noise floor a ratio of small differences says
     little, and the straggler is named from every iteration, the clean ones' jitter too."""
@@ -120,10 +120,12 @@ def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thres
                 rank_recovery={r: g / amount for r, g in grown.items()},
                 addup_s=result.get("blame_addup_s"),
                 straggler={"rank": straggler.get("rank"), "phase": straggler.get("phase")})
-    if amount < threshold:  # no verdict either way: shown with its figures, inconclusive
-        return {**cell, "inconclusive": True, "skipped": f"the delay ({1e3 * amount:.1f} ms) is below this run's "
-                f"detection threshold ({1e3 * threshold:.1f} ms): not checkable here (more "
-                "--iters lower the threshold)"}
+    # judged only where the delay is at least twice the threshold: just above it, a tolerance
+    # of the threshold would accept nearly any growth between nothing and twice the delay
+    if amount < 2 * threshold:  # no verdict either way: shown with its figures, inconclusive
+        return {**cell, "inconclusive": True, "skipped": f"the delay ({1e3 * amount:.1f} ms) is below twice "
+                f"this run's detection threshold ({1e3 * threshold:.1f} ms): not checkable here "
+                "(more --iters lower the threshold)"}
     failures = addup_failures(cell, thresholds)
     tolerance = max(thresholds.recovery_tol * amount, threshold)
     off = {r: g for r, g in grown.items() if not abs(g - amount) <= tolerance}
