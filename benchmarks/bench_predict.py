@@ -1,12 +1,15 @@
-"""The held-out prediction tracked over commits: world size 2 predicted from world size 1's run
+"""The separate-launch prediction tracked over commits: world size 2 predicted from world size 1's run
 plus what is cheap to time at 2 without the model (the buckets' all-reduces, the buffer
 broadcast, the loaders' supply), and the error per predictor against the run at 2: swinkit's,
 and the two naive ones beside it (perfect scaling, T(1) plus the all-reduce at 2).
 
 The runs at 1 and 2 are bench_ddp's own (weak, paired): this class shares its setup_cache,
-which adds only the timings at 2 (one launch without the model). The run at 2 was made first,
-but the prediction reads nothing of it: its median iteration scores the prediction, and then
-its components split the miss (HeldOutMiss). Where the machine cannot run 2 ranks the classes
+which adds only the timings at 2 (one launch without the model). The run at 2 was made first:
+the prediction reads nothing of it (a separate launch, apart from it), but it is not made
+before it, so these tracks are not held out in the strict sense `swinkit scorecard` keeps
+(predicted before and apart from the run scored). Its median iteration scores the prediction,
+and then its components split the miss (HeldOutMiss; the class names stay, as asv's history
+is keyed by them). Where the machine cannot run 2 ranks the classes
 are skipped with the reason. docs/prediction.md explains the method.
 """
 import math
@@ -28,7 +31,8 @@ def _scored(sweep) -> dict:
 
 
 class HeldOut(_DDPRun):
-    """World size 2 predicted from 1, then scored: each predictor's iteration and its error."""
+    """World size 2 predicted from 1 (separate launches, reading nothing of the run at 2),
+    then scored: each predictor's iteration and its error."""
     params = [PREDICTORS]
     param_names = ["predictor"]
 
@@ -36,7 +40,8 @@ class HeldOut(_DDPRun):
         sweep.get("held_out")
 
     def track_predicted_iteration(self, sweep, predictor):
-        """Seconds per iteration this predictor gave for world size 2 before it was run."""
+        """Seconds per iteration this predictor gave for world size 2, from the run at 1 and
+        the timings at 2 alone."""
         return _scored(sweep).get(_ITERATION_KEYS[predictor], math.nan)
     track_predicted_iteration.unit = "s"
 

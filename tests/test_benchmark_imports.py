@@ -17,7 +17,7 @@ from swinkit.runs.sweep import Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["bench_data", "bench_model", "bench_comm", "bench_ddp", "bench_whatif",
-           "bench_validate", "bench_predict"]
+           "bench_validate", "bench_predict", "bench_converge"]
 HEAVY = ("torch", "mmseg", "mmcv", "mmengine", "cv2", "deepspeed")
 
 # One track benchmark per file, parameter combination 0, with a Sweep holding what it reads,
@@ -39,6 +39,8 @@ TRACKS = {
                     123.0),
     "bench_validate": ("bench_validate.Validation.track_share-0",  # (1, compute_ms/one)
                        Sweep(results={1: {"compute_ms/one": {"share": 0.9}}}), 0.9),
+    "bench_converge": ("bench_converge.Convergence.track_steps_to_target-0",  # (1, 2, linear)
+                       Sweep(results={1: {"cells": {"2/linear": {"steps": 120}}}}), 120),
     "bench_predict": ("bench_predict.HeldOut.track_accuracy-0",  # (model)
                       Sweep(results={"held_out": {"launches": [{"targets": {2: {
                           "accuracy": {"model": {"accuracy_pct": 97.0}}}}}]}}), 97.0),

@@ -182,7 +182,7 @@ def asv_installs(tmp_path: Path, base: dict, wheel: Path, monkeypatch) -> list:
     return calls
 
 
-def setup_sh_installs(tmp_path: Path, base: dict) -> tuple[list, dict, Path]:
+def setup_sh_installs(tmp_path: Path, base: dict, expect_rc: int = 0) -> tuple[list, dict, Path]:
     """The install calls tools/setup.sh makes, the environment it ran in, and its checkout."""
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
@@ -199,8 +199,10 @@ def setup_sh_installs(tmp_path: Path, base: dict) -> tuple[list, dict, Path]:
     env = dict(base, PYTHON=str(fake))
     out = subprocess.run(["bash", str(repo / "tools" / "setup.sh")], env=env,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    calls = [(c["args"], c["environ"]) for c in map(json.loads, log.read_text().splitlines())]
+    assert (out.returncode == 0) == (expect_rc == 0), out.stdout + out.stderr
+    (repo / "setup.stderr").write_text(out.stderr)
+    lines = log.read_text().splitlines() if log.exists() else []
+    calls = [(c["args"], c["environ"]) for c in map(json.loads, lines)]
     return calls, env, repo
 
 
@@ -250,6 +252,17 @@ def test_setup_sh_keeps_a_torch_it_finds_and_pins_every_step_to_it(tmp_path):
     assert not any(r.startswith("torch") for r in reqs_of(setup)), reqs_of(setup)
     assert all(f"-c {CONSTRAINTS}" in f for r, f, _ in setup if r != "stand-in")
     assert (repo / ".venv" / CONSTRAINTS).read_text().strip() == "torch==2.5.1+cpu"
+
+
+def test_a_refused_switch_stops_the_set_up_before_any_install(tmp_path):
+    """A refusal of the plan's must stop the script: read from a here-string, a command
+    substitution's failure is not seen by ``set -e``, and the set-up used to carry on."""
+    base = dict(base_env(tmp_path, "2.5.1+cpu"), SWINKIT_ALLOW_CPU_TORCH="maybe")
+    calls, env, repo = setup_sh_installs(tmp_path, base, expect_rc=1)
+    stderr = (repo / "setup.stderr").read_text()
+    assert "SWINKIT_ALLOW_CPU_TORCH must be 0 or 1, got 'maybe'" in stderr
+    assert "FAILED at step 0" in stderr
+    assert calls == []
 
 
 def test_a_compiled_mmcv_already_there_is_kept(tmp_path):

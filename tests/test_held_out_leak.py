@@ -87,7 +87,8 @@ def test_the_scored_ddp_steps_do_not_reach_the_prediction(monkeypatch, data_root
     scored against moved (else the change would have tested nothing).
 
     Checked to fail on the planted leak of the issue that asked for this test: in
-    ``swinkit.predict.supervisor.held_out._separate_row``, the scored run made before the prediction and
+    ``swinkit.predict.supervisor.held_out._separate_row``, the scored run made before the
+    prediction and
     ``target = dataclasses.replace(target, data_wait_s=run["iter_s"] - t1)`` before it is
     made (the predicted iteration then follows the stretched DDP steps)."""
     runs = {1: _recorded("paired1"), 2: _recorded("paired2")}
@@ -99,4 +100,9 @@ def test_the_scored_ddp_steps_do_not_reach_the_prediction(monkeypatch, data_root
     assert measured[1] > 1.3 * measured[0], measured          # the scored steps did change
     assert len(before) == len(after) == 1
     assert after == before                                    # the prediction did not
+    # nor what was stored and scored of it (a leak inside the scoring, e.g. the predicted
+    # iteration pulled toward the measured one, leaves predict_one's answer alone)
+    stored = [out["launches"][0]["targets"][2]["predicted_iter_s"]
+              for out in (out_before, out_after)]
+    assert stored[1] == stored[0] == before[0]["predicted_iter_s"]
     assert out_after["in_launch"] is False

@@ -126,6 +126,38 @@ def test_train_in_bf16_names_the_precision(data_root, capsys):
     assert "in bf16" in capsys.readouterr().out.splitlines()[-1]
 
 
+@pytest.mark.parametrize("name, dtype", [("bf16", "torch.bfloat16"), ("fp32", "torch.float32")])
+def test_a_training_step_runs_its_forward_in_the_precision_asked(test_cfg, name, dtype):
+    """The label alone proves nothing: an fp32 step labelled bf16 passed the test above. A
+    hook on a backbone Linear reads the dtype its output really has (removing the autocast
+    from train_step makes the bf16 case fail)."""
+    import torch
+
+    from swinkit.data.loader import build_loader
+    from swinkit.model.precision import training_precision
+    from swinkit.model.segmentor import build_optimizer, build_segmentor, train_step
+    model = build_segmentor(test_cfg)
+    optim, _ = build_optimizer(test_cfg, model)
+    amp = training_precision(name, torch.device("cpu"), bf16_native=True)
+    seen = []
+    proj = model.backbone.stages[0].blocks[0].attn.proj
+    handle = proj.register_forward_hook(lambda m, i, out: seen.append(str(out.dtype)))
+    try:
+        train_step(model, optim, next(iter(build_loader(test_cfg, workers=0))), amp)
+    finally:
+        handle.remove()
+    assert seen == [dtype]
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+
+
+def test_converge_refuses_fp16_naming_the_field():
+    """fp16's loss scaling would reach the gradients the noise scale reads."""
+    from swinkit.experiments.converge_spec import ConvergeSpec
+    with pytest.raises(ValueError, match="precision: fp16 is not supported by converge"):
+        ConvergeSpec(preset="thesis", target_loss=1.0, max_steps=10,
+                     overrides={"precision": "fp16"}).validate()   # a GPU preset: fp16 is valid there
+
+
 def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
     """Until the DDP loop applies it, a bf16 DDP run would be fp32 under another name."""
     from swinkit.cli.commands import main

@@ -101,9 +101,12 @@ def test_the_command_prints_and_writes_the_scorecard(monkeypatch, tmp_path, caps
     (["--world-sizes", "1,x"], "--world-sizes must be integers"),
     (["--inject", "data_ms=5,ranks=1", "--inject", "data_ms=6,ranks=1"], "data_ms is given twice"),
     (["--preset", "huge"], "huge"),
+    (["--world-sizes", "1"], "--world-sizes: none above the largest --predict-from size (1)"),
 ])
-def test_bad_input_exits_2_before_any_process(monkeypatch, capsys, args, message):
+def test_bad_input_exits_2_before_any_process(monkeypatch, tmp_path, capsys, args, message):
     from swinkit.runs import ddp_run
     monkeypatch.setattr(ddp_run, "launch", lambda *a, **k: pytest.fail("a process started"))
+    monkeypatch.chdir(tmp_path)
     assert main(["scorecard", *args]) == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()   # no lock, no folder left behind

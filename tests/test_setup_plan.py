@@ -180,3 +180,43 @@ def test_the_tested_releases_span_the_minimum_to_the_reference(plan):
     deps = (ROOT / "pyproject.toml").read_text()
     assert f'"torch>={".".join(map(str, s.TORCH_MIN))}"' in deps
     assert 'requires-python = ">=3.11,<3.14"' in deps
+
+
+def test_the_stand_in_is_not_taken_for_a_compiled_mmcv(tmp_path):
+    """After a first set-up every interpreter of the environment has the stand-in (a .pth
+    line): the probe for a user's compiled mmcv must not take it for one, or every later
+    set-up would leave mmcv-lite out."""
+    site = tmp_path / "site"
+    (site / "mmcv").mkdir(parents=True)
+    (site / "mmcv" / "__init__.py").write_text("__version__ = '2.1.0'\n")
+    (site / "sitecustomize.py").write_text(   # what the .pth line does at start-up
+        f"import sys; sys.path.append({str(ROOT)!r}); import swinkit.mmcv_stand_in as s; s.install()\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    assert run_plan(env, "keep-mmcv").stdout.strip() == ""
+    (site / "mmcv" / "_ext.py").write_text("def nms(x):\n    return x\n")   # a compiled one
+    assert run_plan(env, "keep-mmcv").stdout.strip() == "yes"
+
+
+def test_a_wheelhouse_for_another_machine_is_refused(plan, tmp_path):
+    house = tmp_path / "wheels"
+    house.mkdir()
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "3.12", "platforms": ["manylinux_2_28_s390x"], "requirements": [],
+         "torch": False, "files": []}))
+    with pytest.raises(ValueError, match=r"made for s390x, this node is x86_64"):
+        plan.wheelhouse.check(house, (3, 12, 3), need_torch=False)
+
+
+def test_making_a_wheelhouse_never_empties_a_folder_it_did_not_write(plan, tmp_path):
+    dest = tmp_path / "wheels"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and holds no swinkit-wheelhouse.json"):
+        plan.wheelhouse._clear(dest)
+    assert (dest / "notes.txt").read_text() == "mine"
+    (dest / "notes.txt").unlink()
+    (dest / "old-1.0-py3-none-any.whl").write_bytes(b"")
+    (dest / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"files": ["old-1.0-py3-none-any.whl"]}))
+    plan.wheelhouse._clear(dest)               # an earlier make's files go, so none is left over
+    assert list(dest.iterdir()) == []

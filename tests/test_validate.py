@@ -117,10 +117,14 @@ def test_a_run_without_injected_neighbours_fails_with_the_reason():
 
 def test_tally_and_verdict_count_skipped_cells_apart():
     cells = [{"passed": True}, {"passed": False, "failures": ["x"]}, {"skipped": "why"}]
-    assert v.tally(cells) == {"passed": 1, "failed": 1, "skipped": 1, "run": 2}
+    assert v.tally(cells) == {"passed": 1, "failed": 1, "skipped": 1, "inconclusive": 0,
+                              "run": 2}
     assert not v.all_passed({"cells": cells})
     assert v.all_passed({"cells": [{"passed": True}, {"skipped": "why"}]})
     assert not v.all_passed({"cells": [{"skipped": "why"}]})  # nothing ran: nothing shown
+    # a cell the host's noise hid is not a pass of the matrix; one meaningless here is
+    noisy = [{"passed": True}, {"skipped": "under the noise", "inconclusive": True}]
+    assert v.tally(noisy)["inconclusive"] == 1 and not v.all_passed({"cells": noisy})
 
 
 def _saved(tmp_path, host, commit, finished, passed=(True, True)):
@@ -272,7 +276,7 @@ def test_command_saves_the_record_where_the_report_finds_it(monkeypatch, tmp_pat
     assert found is not None and found["machine"]["cpu_count"] and found["commit"] == commit
     # 1 cell runs at world size 1 (comm and one rank are skipped there), 4 at world size 2
     assert v.tally(found["cells"]) == {"passed": 3 if wrong else 5, "failed": 2 if wrong else 0,
-                                       "skipped": 3, "run": 5}
+                                       "skipped": 3, "inconclusive": 0, "run": 5}
     failed = [(c["case"], c["placement"]) for c in found["cells"] if c.get("passed") is False]
     assert failed == ([("compute_ms", "one"), ("comm_ms", "one")] if wrong else [])
     assert (tmp_path / "v.html").read_text().count("<table") == 2

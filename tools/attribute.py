@@ -99,7 +99,7 @@ def _latest_validation(report: dict) -> dict | None:
     import socket
 
     from swinkit.attribution.validation import latest_validation
-    from swinkit.experiments.validate import git_commit
+    from swinkit.experiments.provenance import git_commit
     commit = report.get("commit") or git_commit(ROOT)["commit"]
     return latest_validation(Path("results"), socket.gethostname(), commit or "")
 

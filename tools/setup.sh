@@ -20,7 +20,13 @@ set -euo pipefail
 # set -u; the plan's answers may be empty arrays, so there unset variables are not errors
 if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then set +u; fi
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3.11}
+# the first of python3.11, 3.12, 3.13 that runs (a pyenv shim may exist and still fail)
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for candidate in python3.11 python3.12 python3.13 python3; do
+        if "$candidate" -c "" 2>/dev/null; then PY=$candidate; break; fi
+    done
+fi
 VENV=.venv
 STAMP_KEY=$(cat pyproject.toml tools/setup.sh tools/setup_plan.py tools/env_spec.py \
     swinkit/supported.py swinkit/mmcv_stand_in.py | sha256sum | cut -c1-16)
@@ -32,17 +38,25 @@ fail() { echo "[setup] FAILED at step $CURRENT. Fix the error above and re-run: 
 CURRENT="0 (checks)"
 trap fail ERR
 
-command -v "$PY" >/dev/null || { echo "[setup] $PY not found: install Python 3.11-3.13 or set PYTHON=" >&2; false; }
-"$PY" tools/fetch_asv_assets.py || echo "[setup] warning: the offline asv page's libraries were not fetched (see above); tools/suite.py will name what is missing" >&2
+[ -n "$PY" ] && command -v "$PY" >/dev/null \
+    || { echo "[setup] no Python found (tried ${PYTHON:-python3.11, python3.12, python3.13, python3}): install Python 3.11-3.13 or set PYTHON=" >&2; false; }
+assets() {
+    "$PY" tools/fetch_asv_assets.py || echo "[setup] warning: the offline asv page's libraries were not fetched (see above); tools/suite.py will name what is missing" >&2
+}
 
 if [ -f "$STAMP" ] && "$VENV/bin/python" -c "import swinkit, mmseg.models" 2>/dev/null; then
+    assets
     echo "[setup] environment ready ($VENV)"
     exit 0
 fi
 
 echo "[setup] step 0/5: checks ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
 "$PY" tools/setup_plan.py check --python "$PY"
-read -r -a SOURCE <<< "$("$PY" tools/setup_plan.py pip-source)"
+assets
+# an answer is captured before it is split, so that a refusal stops the set-up (set -e does
+# not see a command substitution's failure inside a here-string)
+answer=$("$PY" tools/setup_plan.py pip-source)
+read -r -a SOURCE <<< "$answer"
 [ ${#SOURCE[@]} -eq 0 ] || echo "[setup]   offline: pip installs from ${SOURCE[*]: -1} only"
 
 step 1 "virtual environment $VENV ($PY)"
@@ -61,7 +75,8 @@ pip_step() {  # pip_step NAME [--keep-mmcv]: tools/env_spec.py's step, constrain
 }
 
 step 2 "torch and build tools"
-read -r -a TORCH_REQ <<< "$("$VENV/bin/python" tools/setup_plan.py torch-requirement --python "$VENV/bin/python")"
+answer=$("$VENV/bin/python" tools/setup_plan.py torch-requirement --python "$VENV/bin/python")
+read -r -a TORCH_REQ <<< "$answer"
 if [ ${#TORCH_REQ[@]} -gt 0 ]; then
     "${PIP[@]}" install -q "${SOURCE[@]}" "${TORCH_REQ[@]}"
 else
@@ -74,7 +89,8 @@ pip_step build
 
 step 3 "swinkit (editable) with its dependencies and test extras"
 KEEP=()
-if [ -n "$("$VENV/bin/python" tools/setup_plan.py keep-mmcv --python "$VENV/bin/python")" ]; then
+answer=$("$VENV/bin/python" tools/setup_plan.py keep-mmcv --python "$VENV/bin/python")
+if [ -n "$answer" ]; then
     echo "[setup]   a compiled mmcv is already here: kept (mmcv-lite not installed)"
     KEEP=(--keep-mmcv)
 fi

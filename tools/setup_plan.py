@@ -42,8 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = ("import json, torch; "
          "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))")
 # a compiled mmcv that loads, at a version MMSegmentation 1.2.2 accepts (2.0.0rc4 <= v < 2.2.0)
+# (not swinkit's stand-in, which a .pth line installs in every interpreter of the environment)
 MMCV_PROBE = ("import importlib.util as u, mmcv; "
               "assert u.find_spec('mmcv._ext') is not None; import mmcv._ext; "
+              "assert not getattr(mmcv._ext, 'STAND_IN', False), 'the stand-in'; "
               "v = tuple(int(p) for p in mmcv.__version__.split('.')[:2]); "
               "assert (2, 0) <= v < (2, 2), mmcv.__version__")
 PROBE_TIMEOUT_S = 300   # importing torch from a shared file system can take minutes
@@ -164,12 +166,16 @@ def check(python_version: tuple[int, ...], base: Torch | None, environ: dict) ->
     """Refuse what cannot work before anything is installed (ValueError); the set-up's notes."""
     supported.check_python(python_version)
     notes = []
-    if base is not None and _reuse(environ):
+    reuse = _reuse(environ)   # its value checked whether or not there is a torch to keep
+    if base is not None and reuse:
         warning = supported.check_torch(base.version)   # ValueError below the minimum
+        torch_requirement(base, gpu_node(), environ)     # a CPU torch on a GPU node, the switches
         notes.append(f"keeping {describe(base)}" + (f"; {warning}" if warning else ""))
+    else:
+        torch_requirement(None, gpu_node(), environ)     # the switches' values, at least
     if environ.get("SWINKIT_WHEELHOUSE"):
         wheelhouse.check(Path(environ["SWINKIT_WHEELHOUSE"]), python_version,
-                         need_torch=base is None or not _reuse(environ))
+                         need_torch=base is None or not reuse)
     return notes
 
 
@@ -206,10 +212,17 @@ def describe(torch: Torch | None) -> str:
     return f"torch {torch.version} ({'CUDA ' + torch.cuda if torch.cuda else 'CPU build'})"
 
 
+SITES = ("import json, os, site; user = site.getusersitepackages() if site.ENABLE_USER_SITE "
+         "else None; print(json.dumps(([user] if user and os.path.isdir(user) else []) "
+         "+ site.getsitepackages()))")
+
+
 def probe_sites(python: str) -> list[str]:
-    """``python``'s site-packages folders (a venv's own, a conda environment's, the system's)."""
-    out = subprocess.run([python, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
-                         capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=True)
+    """``python``'s site-packages folders in its own order: the user's (``pip install
+    --user``), where that Python reads it, then its own (a venv's, a conda environment's, the
+    system's)."""
+    out = subprocess.run([python, "-c", SITES], capture_output=True, text=True,
+                         timeout=PROBE_TIMEOUT_S, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -26,6 +26,7 @@ import datetime
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -62,8 +63,7 @@ def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
     """Download into ``dest`` and write the manifest last (a half-made wheelhouse has none)."""
     if not python.replace(".", "").isdigit() or python.count(".") != 1:
         raise ValueError(f"--python must be MAJOR.MINOR such as 3.12, got {python!r}")
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / MANIFEST).unlink(missing_ok=True)
+    _clear(dest)
     binary, source = wanted()
     if with_torch:
         binary.append(f"torch=={_env_spec().reference_torch()}")
@@ -82,6 +82,40 @@ def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(dest / MANIFEST)
     return manifest
+
+
+def _clear(dest: Path) -> None:
+    """An empty ``dest``, or one holding an earlier wheelhouse, whose files are removed (so the
+    new manifest lists what this make downloaded, nothing left over); any other folder is
+    refused rather than emptied."""
+    dest.mkdir(parents=True, exist_ok=True)
+    present = [p for p in dest.iterdir()]
+    if not present:
+        return
+    if not (dest / MANIFEST).is_file():
+        raise ValueError(f"--dest {dest} is not empty and holds no {MANIFEST}: choose an "
+                         "empty folder (or one an earlier make wrote)")
+    old = set(json.loads((dest / MANIFEST).read_text())["files"]) | {MANIFEST}
+    strangers = [p.name for p in present if p.name not in old]
+    if strangers:
+        raise ValueError(f"--dest {dest} holds files its manifest does not list: "
+                         f"{', '.join(sorted(strangers))}; choose an empty folder")
+    for p in present:
+        p.unlink()
+
+
+def machine_of(platforms: list[str]) -> set[str]:
+    """The machines wheel platform tags name: ``manylinux_2_28_x86_64`` -> ``x86_64``.
+
+    >>> sorted(machine_of(["manylinux_2_28_x86_64", "manylinux2014_aarch64", "any"]))
+    ['aarch64', 'x86_64']
+    """
+    machines = set()
+    for tag in platforms:
+        for arch in ("x86_64", "aarch64", "ppc64le", "s390x", "i686"):
+            if tag.endswith(arch):
+                machines.add(arch)
+    return machines
 
 
 def _run(cmd: list[str], env: dict | None = None) -> None:
@@ -107,6 +141,10 @@ def check(dest: Path, python_version: tuple[int, ...], need_torch: bool) -> dict
     if manifest["python"] != here:
         raise ValueError(f"{dest} was made for Python {manifest['python']}, this set-up runs "
                          f"Python {here}: make one with --python {here}")
+    machines, machine = machine_of(manifest["platforms"]), platform.machine()
+    if machines and machine not in machines:
+        raise ValueError(f"{dest} was made for {', '.join(sorted(machines))}, this node is "
+                         f"{machine}: make one with --platform manylinux_2_28_{machine}")
     missing = [f for f in manifest["files"] if not (dest / f).is_file()]
     if missing:
         raise ValueError(f"{dest} lacks {len(missing)} file(s) its manifest lists: "

@@ -19,4 +19,6 @@
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes
     validation_cells.py the cells that tell charging rules apart: two stragglers, a small delay
+    noise_scale.py  the gradient noise scale, Pollux's statistical efficiency, goodput
+    convergence.py  steps to a held-out target per cell, efficiency in steps and time
 """

@@ -77,6 +77,8 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
         "recommendations": recommend(rows),
         # null where the results hold no accumulation runs (asv's bench_engines.GradAccum)
         "grad_accum": grad_accum_summary(inputs.grad_accum) or None,
+        # null where the results hold no convergence runs (asv's bench_converge.Efficiency)
+        "convergence": inputs.convergence or None,
         "thesis_speedups": {k: {str(n): s for n, s in v.items()} for k, v in THESIS_SPEEDUPS.items()},
         "notes": notes,
         "skipped_files": inputs.skipped_files,

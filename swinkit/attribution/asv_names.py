@@ -27,6 +27,9 @@ GRAD_ACCUM_STEP = "bench_engines.GradAccum.track_step"
 GRAD_ACCUM_COMM_ROUNDS = "bench_engines.GradAccum.track_comm_rounds"
 GRAD_ACCUM_COMM_PER_IMAGE = "bench_engines.GradAccum.track_comm_per_image"
 GRAD_ACCUM_WIRE_BYTES_PER_IMAGE = "bench_engines.GradAccum.track_wire_bytes_per_image"
+CONVERGE_EFFICIENCY_STEPS = "bench_converge.Efficiency.track_steps"
+CONVERGE_EFFICIENCY_TIME = "bench_converge.Efficiency.track_time"
+CONVERGE_EFFICIENCY_TARGET = "bench_converge.Efficiency.track_to_target"
 
 ALL = tuple(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
             and v.startswith("bench_"))

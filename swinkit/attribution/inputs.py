@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swinkit.attribution import asv_names as names
+from swinkit.attribution.convergence import efficiency_from_asv
 from swinkit.attribution.loss_split import Measured
 from swinkit.measure.phases import BLAME_KEYS
 from swinkit.attribution.prediction import Isolated
@@ -36,6 +37,9 @@ class Inputs:
     # Gradient accumulation rows (world size, K, comm per image, rounds, step), where measured:
     # swinkit.attribution.grad_accum judges them.
     grad_accum: list[dict] = field(default_factory=list)
+    # Efficiency in steps to a held-out target beside efficiency in time, where measured
+    # (asv's bench_converge.Efficiency): swinkit.attribution.convergence's rows.
+    convergence: list[dict] = field(default_factory=list)
 
 
 def _load_results(results_dir: Path, machine: str | None, commit: str | None):
@@ -148,6 +152,9 @@ def from_asv(results_dir: Path, machine: str | None = None, commit: str | None =
     if note and not inputs.predicted:
         inputs.meta["notes"] = [note]
     inputs.grad_accum = grad_accum_from_asv(data)
+    inputs.convergence = efficiency_from_asv(*(_table(data, n) for n in (
+        names.CONVERGE_EFFICIENCY_STEPS, names.CONVERGE_EFFICIENCY_TIME,
+        names.CONVERGE_EFFICIENCY_TARGET)))
     return inputs
 
 

@@ -7,6 +7,7 @@ package: parse, validate, call, report, exit with a code that says what happened
     exit_codes.py  the exit codes every command shares
     validate.py    ``swinkit validate``: the ground-truth matrix on this machine
     scorecard.py   ``swinkit scorecard``: a held-out prediction over K fresh launches
+    converge.py    ``swinkit converge``: steps to a held-out target, time to it, goodput
 """
 from swinkit.cli.commands import get_parser, main
 

@@ -8,6 +8,8 @@ Commands:
     ddp          the instrumented DDP iteration on N ranks: per-phase table and JSON
     validate     blame checked against injected, known causes on this machine (docs/validate.md)
     scorecard    a held-out prediction scored over K fresh launches (docs/prediction.md)
+    converge     steps to a held-out target as batch and world size grow, and goodput
+                 (docs/converge.md)
 
 Examples:
     python -m swinkit describe --preset thesis --json
@@ -18,6 +20,7 @@ Examples:
     python -m swinkit ddp --preset test --world-size 2 --inject compute_ms=20,ranks=1
     python -m swinkit validate --preset test --world-sizes 1,2
     python -m swinkit scorecard --preset test --launches 5
+    python -m swinkit converge --preset test --world-sizes 1,2 --batches 2,4 --lr-rule linear,none
 
 Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
 """
@@ -29,6 +32,7 @@ import sys
 from pathlib import Path
 
 from swinkit.cli import scorecard as scorecard_cli
+from swinkit.cli import converge as converge_cli
 from swinkit.cli import validate as validate_cli
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
@@ -89,6 +93,7 @@ def get_parser() -> argparse.ArgumentParser:
     _add_ddp_parser(sub)
     validate_cli.add_parser(sub)
     scorecard_cli.add_parser(sub)
+    converge_cli.add_parser(sub, _add_workload_args)
     return parser
 
 
@@ -228,7 +233,8 @@ def _ddp(args) -> int:
 
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
             "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command,
-            "scorecard": scorecard_cli.command}
+            "scorecard": scorecard_cli.command,
+            "converge": converge_cli.command}
 
 
 def warn_untested_torch() -> None:

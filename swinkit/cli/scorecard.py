@@ -49,7 +49,7 @@ def command(args) -> int:
 
     from swinkit.config import DATA_ROOT_ENV
     from swinkit.predict.supervisor.scorecard import check_scorecard, run_scorecard
-    from swinkit.experiments.validate import git_commit
+    from swinkit.experiments.provenance import git_commit
     from swinkit.injection import parse_injections
     from swinkit.input_checks import int_list
     from swinkit.launch import LaunchError
@@ -60,7 +60,7 @@ def command(args) -> int:
     sizes = int_list("--world-sizes", args.world_sizes)
     sources = int_list("--predict-from", args.predict_from)
     injection = parse_injections(args.inject)  # a bad spec: exit 2 before any process
-    iters = check_scorecard(args.preset, args.launches, args.iters)
+    iters = check_scorecard(args.preset, args.launches, args.iters, sizes, sources)
     commit = git_commit()["commit"] or "no-git"
     path = args.json_path or (Path("results") / "scorecard"
                               / f"{socket.gethostname()}-{commit[:12]}-{args.preset}.json")

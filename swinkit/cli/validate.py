@@ -44,6 +44,10 @@ def add_parser(sub) -> None:
     p.add_argument("--small-ms", type=float, default=5.0,
                    help="the small_backward cell's delay per injected iteration, ms (default "
                         "5; it runs 10 x --iters)")
+    p.add_argument("--pair-data-ms", type=float, default=15.0,
+                   help="the two_stragglers cell's loading delay per injected iteration, ms "
+                        "(default 15: loading must stay shorter than forward for the cell to "
+                        "tell charging rules apart)")
     p.add_argument("--min-share", type=float, default=0.85,
                    help="least share of the added time on the injected cause (default 0.85)")
     p.add_argument("--max-share", type=float, default=1.15,
@@ -76,7 +80,8 @@ def spec_from_args(args):
     spec = ValidateSpec(
         preset=args.preset, world_sizes=_split("world-sizes", args.world_sizes, int),
         cases=_split("cases", args.cases), placements=_split("placements", args.placements),
-        amount_ms=args.amount_ms, small_ms=args.small_ms, iters=args.iters, warmup=args.warmup,
+        amount_ms=args.amount_ms, small_ms=args.small_ms, pair_data_ms=args.pair_data_ms,
+        iters=args.iters, warmup=args.warmup,
         oversubscribe=args.oversubscribe, data_root=args.data_root, wall_timeout_s=args.timeout,
         thresholds=Thresholds(min_share=args.min_share, max_share=args.max_share,
                               max_residual=args.max_residual,
@@ -91,7 +96,7 @@ def spec_from_args(args):
 def _as_option(message: str) -> str:
     for name, option in (("world_sizes", "--world-sizes"), ("min_share", "--min-share"),
                          ("max_share", "--max-share"), ("max_residual", "--max-residual"),
-                         ("small_ms", "--small-ms"),
+                         ("small_ms", "--small-ms"), ("pair_data_ms", "--pair-data-ms"),
                          ("recovery_tol", "--recovery-tolerance"), ("amount_ms", "--amount-ms"),
                          ("cases", "--cases"), ("placements", "--placements"),
                          ("iters", "--iters"), ("warmup", "--warmup"),
@@ -104,7 +109,8 @@ def _as_option(message: str) -> str:
 
 def command(args) -> int:
     from swinkit.attribution.validation import all_passed, default_path
-    from swinkit.experiments.validate import git_commit, run_validation, shares_cores
+    from swinkit.experiments.provenance import git_commit
+    from swinkit.experiments.validate import run_validation, shares_cores
     from swinkit.report import validation as render
     from swinkit.result_files import RunLock, write_json_atomic
     spec = spec_from_args(args)  # before any process starts

@@ -4,5 +4,6 @@
     loader.py     the data loader a preset feeds its model with
     synthetic.py  a deterministic synthetic ADE20K in the real on-disk layout
     verify.py     ``verify-data``: decode every file and name the bad ones
+    validation.py the validation split a held-out target is measured on
     errors.py     the data layer's errors
 """

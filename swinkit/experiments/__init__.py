@@ -5,4 +5,7 @@
     remedies.py         the remedy catalogue (what-ifs); torch-free
     overhead.py         what the instrumentation costs
     validate.py         the ground-truth matrix's runs (``swinkit validate``)
+    converge_spec.py    ``swinkit converge``'s grid, target and budget, checked; LR rules
+    converge.py         its launches: training to the target, step times; goodput
+    provenance.py       what a saved result ran on: commit, machine, time, the host's load
 """

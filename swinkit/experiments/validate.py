@@ -11,14 +11,9 @@ reason; a failed launch is recorded as a failed cell and the matrix goes on.
 """
 from __future__ import annotations
 
-import datetime
 import os
-import resource
-import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from swinkit.attribution import validation as scoring
 from swinkit.attribution import validation_cells as cells_
@@ -26,7 +21,8 @@ from swinkit.config import load_config
 from swinkit.injection import KIND_BY_NAME, Injection, combine
 from swinkit.input_checks import check_int
 from swinkit.launch import LaunchConfig, LaunchError
-from swinkit.runs.ddp_run import DDPRunSpec, environment, run_ddp
+from swinkit.experiments.provenance import foreign_load, git_commit, machine, now_utc
+from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 
 # Per injected iteration: well above the test preset's iteration-to-iteration noise on 2 CPU
 # cores (tests/test_ddp.py's 120 ms; the iteration itself is ~50 ms there).
@@ -41,6 +37,7 @@ class ValidateSpec:
     placements: tuple[str, ...] = scoring.PLACEMENTS
     amount_ms: float = DEFAULT_AMOUNT_MS     # per injected iteration
     small_ms: float = cells_.SMALL_MS        # the small-delay cell's
+    pair_data_ms: float = cells_.PAIR_DATA_MS  # the two stragglers' loading delay
     iters: int = 10                          # measured: 5 injected, 5 clean
     warmup: int = 2
     oversubscribe: bool = False
@@ -62,7 +59,7 @@ class ValidateSpec:
         if bad or not self.placements:
             raise ValueError(f"placements: unknown {bad or 'none given'}; choose from "
                              f"{', '.join(scoring.PLACEMENTS)}")
-        for name in ("amount_ms", "small_ms"):
+        for name in ("amount_ms", "small_ms", "pair_data_ms"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         check_int("iters", self.iters, 2)
@@ -74,25 +71,34 @@ class ValidateSpec:
             except ValueError as exc:
                 raise ValueError(f"world_sizes: {ws}: {exc}") from None
 
-    def injection(self, case: str, placement: str, world_size: int, images_per_rank: int
-                  ) -> Injection:
-        """The case's injection; a kind per sample (``data_ms``) has the amount split over
-        them.
-        The two stragglers: both delays (:func:`~swinkit.attribution.validation_cells.
-        pair_ranks`), each on its own rank; the small delay: ``small_ms`` on the last rank."""
+    def pair_amount_ms(self, kind: str) -> float:
+        """A delay of the two stragglers, per injected iteration: the loading one small enough
+        that loading stays shorter than forward (see :data:`~swinkit.attribution.
+        validation_cells.PAIR_DATA_MS`), the other the matrix's amount (its run alone is
+        then the one-rank cell's)."""
+        return self.pair_data_ms if kind == "data_ms" else self.amount_ms
+
+    def injection(self, case: str, placement: str, world_size: int, images_per_rank: int,
+                  amount_ms: float | None = None) -> Injection:
+        """The case's injection (``amount_ms``: instead of the matrix's); a kind per sample
+        (``data_ms``) has the amount split over them. The two stragglers: both delays
+        (:func:`~swinkit.attribution.validation_cells.pair_ranks`), each on its own rank; the
+        small delay: ``small_ms`` on the last rank."""
         if case == scoring.TWO_STRAGGLERS:
-            return combine([self.injection(kind, str(rank), world_size, images_per_rank)
+            return combine([self.injection(kind, str(rank), world_size, images_per_rank,
+                                           self.pair_amount_ms(kind))
                             for kind, rank in cells_.pair_ranks(world_size)])
         if case == scoring.SMALL_DELAY:
             return Injection(**{cells_.SMALL_KIND: self.small_ms}, ranks=(world_size - 1,),
                              every=2)
-        value = self.amount_ms / (images_per_rank if KIND_BY_NAME[case].per_sample else 1)
+        amount = self.amount_ms if amount_ms is None else amount_ms
+        value = amount / (images_per_rank if KIND_BY_NAME[case].per_sample else 1)
         ranks = (None if placement == "all" else (world_size - 1,) if placement == "one"
                  else (int(placement),))
         return Injection(**{case: value}, ranks=ranks, every=2)
 
     def run_spec(self, world_size: int, case: str, placement: str,
-                 images_per_rank: int = 1) -> DDPRunSpec:
+                 images_per_rank: int = 1, amount_ms: float | None = None) -> DDPRunSpec:
         """The run of one cell (``placement``: all, one, or a rank's number)."""
         launch = LaunchConfig(allow_oversubscribe=self.oversubscribe,
                               wall_timeout_s=self.wall_timeout_s)
@@ -100,7 +106,8 @@ class ValidateSpec:
         # workers 0: data_ms with every=2 needs the loading in step with the iterations
         return DDPRunSpec(preset=self.preset, nproc_per_node=world_size, iters=iters,
                           warmup=self.warmup, workers=0, data_root=self.data_root,
-                          injection=self.injection(case, placement, world_size, images_per_rank),
+                          injection=self.injection(case, placement, world_size, images_per_rank,
+                                                   amount_ms),
                           launch=launch)
 
 
@@ -127,7 +134,7 @@ def shares_cores(world_size: int) -> bool:
 def run_validation(spec: ValidateSpec, progress=print) -> dict:
     """Every cell of the matrix; returns the validation record (see :func:`record`)."""
     spec.validate()
-    started = _now()
+    started = now_utc()
     plan = [(ws, case, placement) for ws in spec.world_sizes for case in spec.cases
             for placement in _placements(spec, case)]
     return record(spec, run_cells(spec, plan, progress), started)
@@ -174,10 +181,10 @@ def _run_cell(spec, ws, case, placement, images, head, progress, runs: dict) -> 
     t0 = time.perf_counter()
     load = foreign_load()
 
-    def run(case_, placement_):
-        key = (ws, case_, placement_)  # the same spec: made once per matrix
+    def run(case_, placement_, amount_ms=None):
+        key = (ws, case_, placement_, amount_ms)  # the same spec: made once per matrix
         if key not in runs:
-            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images),
+            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images, amount_ms),
                                 progress=lambda s: None)
         return runs[key]
     try:
@@ -198,8 +205,11 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     """One cell scored from its run(s) (``run(case, placement)`` makes or reuses one)."""
     t = spec.thresholds
     if case == scoring.TWO_STRAGGLERS:
-        # each delay alone; on the last rank it is the one-rank cell's run, made once
-        alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank))
+        # each delay alone; the last rank's at the matrix's amount is the one-rank cell's run,
+        # made once
+        alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank),
+                           None if spec.pair_amount_ms(kind) == spec.amount_ms
+                           else spec.pair_amount_ms(kind))
                  for kind, rank in cells_.pair_ranks(ws)}
         return cells_.score_pair(run(case, placement), alone, t)
     if case == scoring.SMALL_DELAY:
@@ -207,30 +217,7 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     return scoring.score_cell(run(case, placement), case, placement, spec.amount_ms / 1e3, t)
 
 
-def foreign_load():
-    """Start measuring; the returned function gives the cores' worth of CPU that anything
-    outside this process tree took meanwhile (the machine's busy time from /proc/stat, steal
-    included, minus this process's and its waited-for children's). NaN where unreadable."""
-    def sample():
-        try:
-            with open("/proc/stat") as f:
-                fields = f.readline().split()[1:]
-        except OSError:
-            return None
-        busy = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / os.sysconf("SC_CLK_TCK")
-        own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
-        return time.monotonic(), busy, own
 
-    start = sample()
-
-    def stop() -> float:
-        end = sample()
-        if start is None or end is None:
-            return float("nan")
-        (t0, busy0, own0), (t1, busy1, own1) = start, end
-        return max((busy1 - busy0) - (own1 - own0), 0.0) / max(t1 - t0, 1e-9)
-    return stop
 
 
 def _where(case: str, placement: str, ws: int) -> str:
@@ -240,6 +227,8 @@ def _where(case: str, placement: str, ws: int) -> str:
 
 
 def _summary(cell: dict) -> str:
+    if "skipped" in cell:   # no verdict (shown with its figures where it has them)
+        return f"skipped: {cell['skipped']}"
     if "share" not in cell:
         return "FAIL: " + "; ".join(cell["failures"])
     if "late" in cell:  # the two stragglers
@@ -259,31 +248,10 @@ def record(spec: ValidateSpec, cells: list[dict], started: str) -> dict:
     """The saved validation: the cells with what they ran on (machine, commit, settings)."""
     return {"kind": "swinkit-validation", "preset": spec.preset,
             "world_sizes": list(spec.world_sizes), "cases": list(spec.cases),
-            "amount_ms": spec.amount_ms, "small_ms": spec.small_ms, "iters": spec.iters,
+            "amount_ms": spec.amount_ms, "small_ms": spec.small_ms,
+            "pair_data_ms": spec.pair_data_ms, "iters": spec.iters,
             "warmup": spec.warmup,
             "thresholds": spec.thresholds.to_dict(), "oversubscribe": spec.oversubscribe,
             "shared_cores": [ws for ws in spec.world_sizes if shares_cores(ws)],
-            "machine": machine(), **git_commit(), "started": started, "finished": _now(),
+            "machine": machine(), **git_commit(), "started": started, "finished": now_utc(),
             "cells": cells, "tally": scoring.tally(cells)}
-
-
-def machine() -> dict:
-    return {"hostname": socket.gethostname(), **environment()}
-
-
-def git_commit(repo: str | Path | None = None) -> dict:
-    """``{"commit", "dirty"}`` of the checkout swinkit runs from; None where there is no git."""
-    where = Path(repo) if repo else Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
-                                text=True, timeout=30, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=where, capture_output=True, text=True, timeout=30,
-                                    check=True).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

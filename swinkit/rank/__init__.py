@@ -24,4 +24,7 @@ they put on their timeline. Nothing here launches a process or reads another ran
     devices.py            whether the machine has the devices an engine needs
     selftest.py           a light workload for testing the harness itself
     errors.py             workload failures named (out of memory with rank and batch)
+    converge.py           training to a held-out target (``swinkit converge``'s ranks)
+    held_out.py           the held-out loss and mIoU on the validation split, shared out
+    grad_noise.py         the gradient norms the noise scale needs, read in DDP's comm hook
 """

@@ -9,5 +9,6 @@
     html_advice.py  its sections on what to do: recommendations, what-ifs, accumulation, loader
     engine_compare.py  engines side by side: one table, one figure
     validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
+    converge.py     steps to a held-out target, efficiency in steps and time, goodput
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
 """

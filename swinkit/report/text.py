@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from swinkit.attribution.validation import validation_status_line
+from swinkit.report.converge import efficiency_lines
 from swinkit.injection import DELAY_FIELDS
 from swinkit.measure.phases import BLAME_KEYS
 
@@ -118,6 +119,7 @@ def text_report(r: dict) -> str:
                          f"at N={rec['world_size']}): {rec['why']} -> {rec['what']}")
     lines += _what_if(r)
     lines += grad_accum_lines(r.get("grad_accum"))
+    lines += efficiency_lines(r.get("convergence"))
     if r.get("against"):
         lines += ["", f"against {r['against']['commit']}:"]
         for ws, v in r["against"]["per_world_size"].items():

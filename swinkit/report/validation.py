@@ -82,9 +82,12 @@ def _title(validation: dict, ws: int) -> str:
 
 def verdict_line(validation: dict) -> str:
     t = tally(validation["cells"])
-    word = "PASS" if all_passed(validation) else "FAIL"
+    word = ("PASS" if all_passed(validation) else
+            "INCONCLUSIVE" if t["failed"] == 0 and t["inconclusive"] else "FAIL")
     return (f"{word}: {t['passed']}/{t['run']} cells pass"
-            + (f", {t['skipped']} skipped" if t["skipped"] else ""))
+            + (f", {t['skipped']} skipped" if t["skipped"] else "")
+            + (f" ({t['inconclusive']} of them under this host's noise: run again with more "
+               "--iters)" if t["inconclusive"] else ""))
 
 
 def _setting(validation: dict) -> str:
