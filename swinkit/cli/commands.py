@@ -38,7 +38,6 @@ from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
 from swinkit.precision import PRECISIONS
 from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from swinkit.quiet_libraries import send_library_logs_to_stderr
 
 
 
@@ -248,7 +247,6 @@ def warn_untested_torch() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
-    send_library_logs_to_stderr()  # stdout carries results (describe --json, the tables)
     try:
         warn_untested_torch()
         return COMMANDS[args.command](args)

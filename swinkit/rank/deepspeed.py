@@ -53,6 +53,7 @@ from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.clocks import make_clock
 from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.quiet_libraries import import_deepspeed
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
@@ -135,7 +136,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     # Long: a rank's whole run in the order it happens (set-up, the step, the measured
     # window and read-out on the shared skeleton, DeepSpeed's comms pass); kept in one piece so
     # it reads beside the DDP loop.
-    import deepspeed
+    deepspeed = import_deepspeed()
     import deepspeed.comm as ds_comm
     _quiet_deepspeed()
     _skip_shm_op()
