@@ -17,8 +17,8 @@ from swinkit.attribution import traffic
 from swinkit.rank.engine_collectives import CollectiveRecorder, message_bytes
 from swinkit.rank.dp_parts import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
                                       scatter_bytes, split_batch, tensor_tree_bytes)
-from swinkit.runs.engine_spec import (EngineSpec, EngineUnavailable, check_dp_devices,
-                                  spec_for_key)
+from swinkit.rank.devices import check_dp_devices
+from swinkit.runs.engine_spec import EngineSpec, EngineUnavailable, spec_for_key
 from swinkit.measure.clocks import HostClock
 from swinkit.measure.timeline import Timeline, phase_durations
 
@@ -592,9 +592,6 @@ def test_grad_accum_communicates_once_per_optimizer_step(data_root, zero, rounds
 
 @pytest.mark.slow
 def test_ddp_grad_accum_one_allreduce_round_per_step(data_root):
-    from swinkit.runs.engine_spec import _ddp_has_grad_accum
-    if not _ddp_has_grad_accum():
-        pytest.skip("this checkout's DDP loop has no grad_accum")
     runs = {k: _engine(data_root, "ddp", 2, grad_accum=k, iters=2, warmup=1) for k in (1, 2, 4)}
     n_buckets = runs[1]["engine"]["traffic"]["gradient_collectives_per_step"]
     for k in (2, 4):
