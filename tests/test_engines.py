@@ -533,6 +533,58 @@ def test_zero_shards_optimizer_states_and_counts_its_collectives(zero_runs, test
         assert logged["all_reduce"]["bytes_per_step"] == ops["all_reduce"]["bytes"]
 
 
+@pytest.fixture(scope="module")
+def fsdp_runs(data_root):
+    """FSDP2 at world sizes 1 and 2, one launch each, read by every FSDP2 test."""
+    return {ws: _engine(data_root, "fsdp2", ws) for ws in (1, 2)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_fsdp2_runs_the_preset_and_matches_ddp_loss(fsdp_runs, ddp_runs, world_size):
+    """The same model, data and seed as DDP's loop: the same losses (FSDP2 averages the
+    reduce-scattered gradients as DDP averages the all-reduced ones), its phases timed and
+    adding up to the loop's own iteration clock."""
+    r = fsdp_runs[world_size]
+    assert r["engine"]["key"] == "fsdp2" and r["backend"] == "gloo"
+    for rank in r["ranks"]:
+        assert len(rank["iteration"]) == ITERS
+        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
+            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
+    assert all(r["phases_s"][p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
+    ours = [rk["loss"] for rk in sorted(r["ranks"], key=lambda x: x["rank"])]
+    theirs = [rk["loss"] for rk in sorted(ddp_runs[world_size]["ranks"], key=lambda x: x["rank"])]
+    for mine, ddp in zip(ours, theirs):
+        assert mine == pytest.approx(ddp, rel=LOSS_RTOL)
+    assert r["engine"]["peak_memory_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_the_model_state_and_moves_what_its_model_says(fsdp_runs, test_cfg):
+    """Each of 2 ranks holds half the parameters and optimizer states; per optimizer step the
+    gradients are reduce-scattered once (the model's gradient bytes, padded to a multiple of
+    the world size) and the parameters all-gathered in forward and backward, within the
+    analytic model's 2 x parameter bytes (the root unit's stay gathered between them)."""
+    from swinkit.model.segmentor import build_segmentor
+    model = build_segmentor(test_cfg)
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    one = fsdp_runs[1]["engine"]["model_state"]["0"]
+    two = [fsdp_runs[2]["engine"]["model_state"][r] for r in ("0", "1")]
+    assert one["params"] == param_bytes
+    assert sum(s["params"] for s in two) == pytest.approx(param_bytes, rel=0.01)
+    assert max(s["optimizer_states"] for s in two) == pytest.approx(
+        one["optimizer_states"] / 2, rel=0.02)
+    eng = fsdp_runs[2]["engine"]
+    ops = eng["traffic"]["by_op"]
+    reduced = sum(v["bytes"] for op, v in ops.items() if op.startswith("reduce_scatter"))
+    gathered = sum(v["bytes"] for op, v in ops.items() if op.startswith("all_gather"))
+    assert reduced == pytest.approx(param_bytes, rel=0.01)
+    assert param_bytes < gathered <= 2 * param_bytes * 1.01
+    assert eng["traffic"]["comm_rounds_per_step"] == 1
+    assert eng["traffic"]["expected"]["message_bytes"] == 3 * param_bytes
+    assert eng["fsdp_units"][-1] == "(root)"
+
+
 @pytest.mark.slow
 @needs_deepspeed
 def test_zero_records_syncbn_collectives_like_ddp(data_root):
@@ -619,6 +671,7 @@ def test_cli_deepspeed_prints_the_table_and_writes_json(data_root, tmp_path, cap
     assert "zero2 iteration" in text and "exposed_comm" in text and "comms logger" in text
     result = json.loads(out.read_text())
     assert result["engine"]["key"] == "zero2" and result["engine"]["zero"] == 2
+    assert result["engine"]["traffic"]["expected"]["formula"].startswith("ZeRO-0")
     assert set(result["engine"]["instrumentation"]) == {"phases", "collectives", "engine_timers",
                                                         "comms_log"}
 

@@ -8,7 +8,8 @@ EXIT_OK = 0            # done: the result or report written
 EXIT_FAILED = 1        # the work failed: a rank failed (named), a check failed, bad files found
 EXIT_BAD_INPUT = 2     # bad arguments or configuration, refused before anything started
 EXIT_NO_DATA = 3       # nothing usable to read (no stored results): the message names the command
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: every process of the run stopped first
+EXIT_INTERRUPTED = 130  # Ctrl-C: every process of the run stopped first
+EXIT_TERMINATED = 143   # SIGTERM (swinkit.launch.terminate.Terminated): stopped, cleaned up
 
 MEANINGS = {
     EXIT_OK: "success",
@@ -16,7 +17,8 @@ MEANINGS = {
     EXIT_BAD_INPUT: "bad input, refused before anything started",
     EXIT_NO_DATA: "no usable measurements to read (the message names the command that makes "
                   "them)",
-    EXIT_INTERRUPTED: "interrupted",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_TERMINATED: "terminated (SIGTERM)",
 }
 
 
