@@ -554,3 +554,25 @@ def test_a_run_spec_states_its_world_size_once():
     moved = replace(spec, world_size=4).launch_config()
     assert (moved.world_size, moved.pg_timeout_s) == (4, 30.0)
     assert DDPRunSpec(world_size=3).launch_config().world_size == 3
+
+
+def test_a_group_of_zombies_is_not_alive():
+    """A process that has ended but is not reaped yet (an agent's orphans wait for init, which
+    in a container can reap slowly) runs nothing: the supervisor does not wait on it."""
+    import psutil
+
+    from swinkit.launch.terminate import group_alive
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(done.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert group_alive(live.pid) and not group_alive(done.pid)
+    finally:
+        live.kill()
+        live.wait()
+        done.wait()
+    assert not group_alive(done.pid)

@@ -107,13 +107,27 @@ def _stop(proc: subprocess.Popen, groups, grace_s: float, terminate: bool = True
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. A zombie (ended, not yet reaped) runs
+    nothing: once the agent has exited, its orphans are reaped by init, which in a container
+    can be a process that reaps every second or two, and a group of zombies is done."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _has_live_member(pgid)
+
+
+def _has_live_member(pgid: int) -> bool:
+    import psutil
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
