@@ -13,9 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "attribute.py"
 
 
-def _swinkit(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "swinkit", *args], capture_output=True,
-                          text=True, timeout=180, cwd=cwd)
+def _swinkit(capsys, *args):
+    """``python -m swinkit ARGS`` in this process: (exit code, stdout, stderr)."""
+    from swinkit.cli import main
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse: --help, bad choices
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 @pytest.fixture
@@ -25,10 +31,11 @@ def results(tmp_path):
     return tmp_path / "results"
 
 
-def test_attribute_subcommand_writes_the_report_tools_attribute_writes(results, tmp_path):
+def test_attribute_subcommand_writes_the_report_tools_attribute_writes(results, tmp_path,
+                                                                       capsys):
     mine, theirs = tmp_path / "mine.json", tmp_path / "theirs.json"
-    out = _swinkit("attribute", "--results", str(results), "--json", str(mine))
-    assert out.returncode == 0, out.stderr
+    code, _, err = _swinkit(capsys, "attribute", "--results", str(results), "--json", str(mine))
+    assert code == 0, err
     tool = subprocess.run([sys.executable, str(TOOL), "--results", str(results), "--json",
                            str(theirs)], capture_output=True, text=True, timeout=180)
     assert tool.returncode == 0, tool.stderr
@@ -44,35 +51,37 @@ def test_attribute_subcommand_writes_the_report_tools_attribute_writes(results, 
     (["engines", "ddp,zero3"], 2, "unknown ['zero3']"),
     (["attribute", "--run", "--world-sizes", "0"], 2, "--world-sizes must be integers >= 1"),
 ])
-def test_subcommands_answer_with_the_exit_code_table(args, code, message, results, tmp_path):
+def test_subcommands_answer_with_the_exit_code_table(args, code, message, results, tmp_path,
+                                                     capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     args = [a.format(tmp=tmp_path, results=results) for a in args]
-    out = _swinkit(*args, cwd=tmp_path)
-    assert out.returncode == code, out.stderr
-    assert message in out.stderr
+    got, _, err = _swinkit(capsys, *args)
+    assert got == code, err
+    assert message in err
 
 
-def test_what_if_list_and_engines_list():
+def test_what_if_list_and_engines_list(capsys):
     from swinkit.experiments.remedies import CATALOGUE
-    out = _swinkit("what-if", "--list")
-    assert out.returncode == 0 and all(name in out.stdout for name in CATALOGUE)
-    out = _swinkit("engines", "--list")
-    assert out.returncode == 0
+    code, out, _ = _swinkit(capsys, "what-if", "--list")
+    assert code == 0 and all(name in out for name in CATALOGUE)
+    code, out, _ = _swinkit(capsys, "engines", "--list")
+    assert code == 0
     for name in ("ddp", "deepspeed", "fsdp2", "dp", "dp-vanilla"):
-        assert f"\n{name} " in "\n" + out.stdout
+        assert f"\n{name} " in "\n" + out
 
 
-def test_predict_subcommand_projects_the_thesis(tmp_path):
-    out = _swinkit("predict", "--preset", "thesis", "--predict", "1,2,4", "--json",
-                   str(tmp_path / "p.json"))
-    assert out.returncode == 0, out.stderr
+def test_predict_subcommand_projects_the_thesis(tmp_path, capsys):
+    code, _, err = _swinkit(capsys, "predict", "--preset", "thesis", "--predict", "1,2,4",
+                            "--json", str(tmp_path / "p.json"))
+    assert code == 0, err
     assert json.loads((tmp_path / "p.json").read_text())["predicted"] is True
 
 
-def test_every_help_states_the_one_exit_code_table():
+def test_every_help_states_the_one_exit_code_table(capsys):
     from swinkit.cli.exit_codes import MEANINGS
     for args in (["--help"], ["attribute", "--help"]):
-        text = " ".join(_swinkit(*args).stdout.split())   # argparse re-wraps the epilog
-        assert f"3 {MEANINGS[3]}" in text or "3 no usable" in text
+        text = " ".join(_swinkit(capsys, *args)[1].split())   # argparse re-wraps the epilog
+        assert f"3 {MEANINGS[3]}" in text
     tool = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True,
                           timeout=120)
     assert "3 no usable measurements to read" in " ".join(tool.stdout.split())

@@ -114,13 +114,12 @@ def engine_command(args) -> int:
     from swinkit.runs.engine_records import record
     from swinkit.runs.engine_spec import EngineSpec, EngineUnavailable
 
-    if args.engine != ALL:
-        rec = record(args.engine)   # ValueError naming the known engines
-    if args.figure and args.engine != ALL:
+    if args.engine == ALL:
+        return _all(args, run_spec(args))
+    rec = record(args.engine)   # ValueError naming the known engines
+    if args.figure:
         raise ValueError("--figure needs --engine all (one figure comparing the engines)")
     run = run_spec(args)
-    if args.engine == ALL:
-        return _all(args, run)
     timers = {"ds_timers": args.ddp_timers} if "ds_timers" in rec.options else {}
     spec = EngineSpec(engine=rec.name, zero=args.zero, grad_accum=args.grad_accum, run=run,
                       **timers)
