@@ -95,6 +95,9 @@ def alive(pid: int, group: bool = False) -> bool:
     """Whether process ``pid`` (``group``: the process group ``pid``) still exists: signal 0
     checks without sending anything; one this user may not signal exists too. The one
     liveness check of swinkit (a lock's owner, the agent's supervisor, a run's process group).
+    A group of zombies (ended, not yet reaped) runs nothing: once the agent has exited, its
+    orphans are reaped by init, which in a container can be a process that reaps every second
+    or two, and the supervisor must not wait on them.
     """
     try:
         (os.killpg if group else os.kill)(pid, 0)
@@ -102,4 +105,15 @@ def alive(pid: int, group: bool = False) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return _has_live_member(pid) if group else True
+
+
+def _has_live_member(pgid: int) -> bool:
+    import psutil
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False

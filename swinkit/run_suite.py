@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from swinkit.attribution.asv_names import environment_path, held_out_path
@@ -72,15 +73,21 @@ def environment_record() -> dict:
     return env
 
 
-def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]:
+def run_suite(bench: str | None = None, quick: bool = False,
+              timings: dict | None = None) -> tuple[Path, int]:
     """asv machine (once), asv run on HEAD in this environment, environment record, publish.
 
     A failed benchmark does not stop the rest: asv records it as failed and exits 2; the
     environment record and the page are still written, from every result that was stored.
+    ``timings``, where given, receives what :func:`timing_lines` reports: the run's and the
+    publish's seconds, the load average around them, each setup_cache's seconds.
 
     Returns:
         (the published HTML folder, asv run's exit code: 0, or 2 if any benchmark failed).
     """
+    timings = {} if timings is None else timings
+    timings["load_before"] = os.getloadavg()
+    start = time.monotonic()
     if asv_machine() is None:  # asv run would stop at "No information stored about machine"
         _asv("machine", "--yes")
     commit = head_commit()
@@ -94,12 +101,52 @@ def run_suite(bench: str | None = None, quick: bool = False) -> tuple[Path, int]
     if bench:
         args += ["-b", bench]
     run_code = _asv(*args, check=False)
+    timings["run_s"] = time.monotonic() - start
     if run_code not in (0, 2):  # 2: some benchmark failed, and the others' results are stored
         raise RuntimeError(f"asv run failed with exit code {run_code}")
     write_json_atomic(environment_path(ROOT / conf["results_dir"], asv_machine(), commit),
                       environment_record())
+    published = time.monotonic()
     _asv("publish")
+    timings["publish_s"] = time.monotonic() - published
+    timings["load_after"] = os.getloadavg()
+    timings["setup_cache_s"] = setup_cache_seconds(ROOT / conf["results_dir"], asv_machine(),
+                                                   commit)
     return ROOT / conf["html_dir"], run_code
+
+
+def setup_cache_seconds(results_dir: Path, machine: str | None, commit: str) -> dict[str, float]:
+    """Each setup_cache's seconds in asv's results of ``commit`` on ``machine`` (asv records
+    them as ``<setup_cache FILE:LINE>``), by benchmark file, longest first; empty where there
+    are none."""
+    found: dict[str, float] = {}
+    for path in sorted((Path(results_dir) / str(machine)).glob(f"{commit[:8]}-*.json")):
+        try:
+            durations = json.loads(path.read_text()).get("durations") or {}
+        except (OSError, ValueError):
+            continue
+        for key, seconds in durations.items():
+            if key.startswith("<setup_cache "):
+                name = key[len("<setup_cache "):-1].split(":")[0]
+                found[name] = found.get(name, 0.0) + seconds
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def timing_lines(timings: dict) -> list[str]:
+    """What the run cost, as tools/suite.py prints it (the figures docs/benchmarks.md quotes).
+
+    >>> timing_lines({"run_s": 420.0, "publish_s": 9.5, "load_before": (0.1, 0.2, 0.3),
+    ...               "load_after": (1.9, 1.5, 0.8), "setup_cache_s": {"bench_ddp": 100.0}})
+    ['asv run 420 s (7.0 min), publish 10 s; load average before 0.10 0.20 0.30, after 1.90 1.50 0.80', 'setup_cache: bench_ddp 100 s']
+    """
+    load = " ".join(f"{x:.2f}" for x in timings["load_before"])
+    after = " ".join(f"{x:.2f}" for x in timings["load_after"])
+    lines = [f"asv run {timings['run_s']:.0f} s ({timings['run_s'] / 60:.1f} min), publish "
+             f"{timings['publish_s']:.0f} s; load average before {load}, after {after}"]
+    caches = timings.get("setup_cache_s") or {}
+    if caches:
+        lines.append("setup_cache: " + ", ".join(f"{k} {v:.0f} s" for k, v in caches.items()))
+    return lines
 
 
 def asv_machine(machine_file: Path | None = None) -> str | None:

@@ -17,8 +17,8 @@ from swinkit.attribution import traffic
 from swinkit.rank.engine_collectives import CollectiveRecorder, message_bytes
 from swinkit.rank.dp_parts import (chunk_sizes, gather_bytes, gather_losses, module_bytes,
                                       scatter_bytes, split_batch, tensor_tree_bytes)
-from swinkit.runs.engine_spec import (EngineSpec, EngineUnavailable, check_dp_devices,
-                                  spec_for_key)
+from swinkit.rank.devices import check_dp_devices
+from swinkit.runs.engine_spec import EngineSpec, EngineUnavailable, spec_for_key
 from swinkit.measure.clocks import HostClock
 from swinkit.measure.timeline import Timeline, phase_durations
 
@@ -533,6 +533,58 @@ def test_zero_shards_optimizer_states_and_counts_its_collectives(zero_runs, test
         assert logged["all_reduce"]["bytes_per_step"] == ops["all_reduce"]["bytes"]
 
 
+@pytest.fixture(scope="module")
+def fsdp_run(data_root):
+    """FSDP2 at world size 2 (where it shards), one launch read by every FSDP2 test."""
+    return _engine(data_root, "fsdp2", 2)
+
+
+@pytest.mark.slow
+def test_fsdp2_runs_the_preset_and_matches_ddp_loss(fsdp_run, ddp_runs):
+    """The same model, data and seed as DDP's loop: the same losses (FSDP2 averages the
+    reduce-scattered gradients as DDP averages the all-reduced ones), its phases timed and
+    adding up to the loop's own iteration clock."""
+    r, world_size = fsdp_run, 2
+    assert r["engine"]["key"] == "fsdp2" and r["backend"] == "gloo"
+    for rank in r["ranks"]:
+        assert len(rank["iteration"]) == ITERS
+        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
+            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
+    assert all(r["phases_s"][p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
+    ours = [rk["loss"] for rk in sorted(r["ranks"], key=lambda x: x["rank"])]
+    theirs = [rk["loss"] for rk in sorted(ddp_runs[world_size]["ranks"], key=lambda x: x["rank"])]
+    for mine, ddp in zip(ours, theirs):
+        assert mine == pytest.approx(ddp, rel=LOSS_RTOL)
+    assert r["engine"]["peak_memory_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_the_model_state_and_moves_what_its_model_says(fsdp_run, test_cfg):
+    """Each of 2 ranks holds half the parameters and of Adam's two fp32 moments per parameter;
+    per optimizer step the gradients are reduce-scattered once (the model's gradient bytes,
+    padded to a multiple of the world size) and the parameters all-gathered in forward and
+    backward, within the analytic model's 2 x parameter bytes (the root unit's stay gathered
+    between them)."""
+    from swinkit.model.segmentor import build_segmentor
+    model = build_segmentor(test_cfg)
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    two = [fsdp_run["engine"]["model_state"][r] for r in ("0", "1")]
+    assert sum(s["params"] for s in two) == pytest.approx(param_bytes, rel=0.01)
+    for state in two:
+        assert state["params"] == pytest.approx(param_bytes / 2, rel=0.02)
+        # two moments of its half (and a step counter per parameter tensor)
+        assert state["optimizer_states"] == pytest.approx(param_bytes, rel=0.02)
+    eng = fsdp_run["engine"]
+    ops = eng["traffic"]["by_op"]
+    reduced = sum(v["bytes"] for op, v in ops.items() if op.startswith("reduce_scatter"))
+    gathered = sum(v["bytes"] for op, v in ops.items() if op.startswith("all_gather"))
+    assert reduced == pytest.approx(param_bytes, rel=0.01)
+    assert param_bytes < gathered <= 2 * param_bytes * 1.01
+    assert eng["traffic"]["comm_rounds_per_step"] == 1
+    assert eng["traffic"]["expected"]["message_bytes"] == 3 * param_bytes
+    assert eng["fsdp_units"][-1] == "(root)"
+
+
 @pytest.mark.slow
 @needs_deepspeed
 def test_zero_records_syncbn_collectives_like_ddp(data_root):
@@ -569,45 +621,45 @@ def test_dataparallel_reports_every_device_and_its_worker_budget(data_root):
 
 @pytest.mark.slow
 @needs_deepspeed
-@pytest.mark.parametrize("zero, rounds", [(0, 1), (1, 1), (2, None)])
-def test_grad_accum_communicates_once_per_optimizer_step(data_root, zero, rounds):
+@pytest.mark.parametrize("zero, rounds", [(0, 1), (1, 1), (2, 4)])
+def test_grad_accum_communicates_once_per_optimizer_step(data_root, zero_runs, zero, rounds):
     """ZeRO-0/1 reduce gradients at the accumulation boundary only: one round per optimizer
-    step at K = 2 and 4, the same collectives as K = 1, so bytes per image fall as 1/K. ZeRO-2
-    keeps only its gradient partition and must reduce at every micro-step (K rounds)."""
-    runs = {k: _engine(data_root, "deepspeed", 2, zero=zero, grad_accum=k, iters=2, warmup=1)
-            for k in (1, 2, 4)}
-    base = runs[1]["engine"]
-    for k in (2, 4):
-        eng = runs[k]["engine"]
-        expected_rounds = rounds if rounds is not None else k
-        assert eng["traffic"]["comm_rounds_per_step"] == expected_rounds
-        if rounds == 1:
-            assert eng["traffic"]["gradient_collectives_per_step"] == \
-                base["traffic"]["gradient_collectives_per_step"] == 1
-            assert eng["traffic"]["by_op"]["all_reduce"]["count"] == \
-                base["traffic"]["by_op"]["all_reduce"]["count"]
-            assert eng["wire_bytes_per_image"] == pytest.approx(base["wire_bytes_per_image"] / k)
-        assert eng["images_per_step"] == 2 * 2 * k
+    step at K = 4, the same collectives as K = 1, so bytes per image fall as 1/K. ZeRO-2
+    keeps only its gradient partition and must reduce at every micro-step (K rounds). K = 4
+    tells each law from its neighbours (a constant 2 rounds, a halving) where K = 2 could not;
+    the K = 1 runs of ZeRO-1 and -2 at world size 2 are the fixture's (bytes and rounds per
+    step do not depend on the number of steps)."""
+    k = 4
+    base = (zero_runs[(zero, 2)] if zero else
+            _engine(data_root, "deepspeed", 2, zero=0, iters=2, warmup=1))["engine"]
+    eng = _engine(data_root, "deepspeed", 2, zero=zero, grad_accum=k, iters=2,
+                  warmup=1)["engine"]
+    assert base["traffic"]["comm_rounds_per_step"] == 1
+    assert eng["traffic"]["comm_rounds_per_step"] == rounds
+    if rounds == 1:
+        assert eng["traffic"]["gradient_collectives_per_step"] == \
+            base["traffic"]["gradient_collectives_per_step"] == 1
+        assert eng["traffic"]["by_op"]["all_reduce"]["count"] == \
+            base["traffic"]["by_op"]["all_reduce"]["count"]
+        assert eng["wire_bytes_per_image"] == pytest.approx(base["wire_bytes_per_image"] / k)
+    assert eng["images_per_step"] == 2 * 2 * k
 
 
 @pytest.mark.slow
-def test_ddp_grad_accum_one_allreduce_round_per_step(data_root):
-    from swinkit.runs.engine_spec import _ddp_has_grad_accum
-    if not _ddp_has_grad_accum():
-        pytest.skip("this checkout's DDP loop has no grad_accum")
-    runs = {k: _engine(data_root, "ddp", 2, grad_accum=k, iters=2, warmup=1) for k in (1, 2, 4)}
-    n_buckets = runs[1]["engine"]["traffic"]["gradient_collectives_per_step"]
-    for k in (2, 4):
-        eng = runs[k]["engine"]
-        assert eng["traffic"]["comm_rounds_per_step"] == 1
-        assert eng["traffic"]["gradient_collectives_per_step"] == n_buckets
-        # gradients: the same all-reduce bytes per optimizer step, so per image they fall as
-        # 1/k; DDP's buffer broadcast runs once per step too: only in a forward that follows
-        # a gradient-synchronising one (a no_sync forward clears DDP's flag; counted inside
-        # DDP: one _broadcast_coalesced per step, in its first micro-batch)
-        by_op, base = eng["traffic"]["by_op"], runs[1]["engine"]["traffic"]["by_op"]
-        assert by_op["all_reduce"]["bytes"] == base["all_reduce"]["bytes"]
-        assert by_op["broadcast"]["bytes"] == base["broadcast"]["bytes"]
+def test_ddp_grad_accum_one_allreduce_round_per_step(data_root, ddp_runs):
+    """K = 4 against the fixture's K = 1 run at world size 2 (see the ZeRO test for why 4)."""
+    base = ddp_runs[2]["engine"]
+    eng = _engine(data_root, "ddp", 2, grad_accum=4, iters=2, warmup=1)["engine"]
+    assert eng["traffic"]["comm_rounds_per_step"] == 1
+    assert eng["traffic"]["gradient_collectives_per_step"] == \
+        base["traffic"]["gradient_collectives_per_step"]
+    # gradients: the same all-reduce bytes per optimizer step, so per image they fall as
+    # 1/k; DDP's buffer broadcast runs once per step too: only in a forward that follows
+    # a gradient-synchronising one (a no_sync forward clears DDP's flag; counted inside
+    # DDP: one _broadcast_coalesced per step, in its first micro-batch)
+    by_op, before = eng["traffic"]["by_op"], base["traffic"]["by_op"]
+    assert by_op["all_reduce"]["bytes"] == before["all_reduce"]["bytes"]
+    assert by_op["broadcast"]["bytes"] == before["broadcast"]["bytes"]
 
 
 @pytest.mark.slow
@@ -622,6 +674,7 @@ def test_cli_deepspeed_prints_the_table_and_writes_json(data_root, tmp_path, cap
     assert "zero2 iteration" in text and "exposed_comm" in text and "comms logger" in text
     result = json.loads(out.read_text())
     assert result["engine"]["key"] == "zero2" and result["engine"]["zero"] == 2
+    assert result["engine"]["traffic"]["expected"]["formula"].startswith("ZeRO-0")
     assert set(result["engine"]["instrumentation"]) == {"phases", "collectives", "engine_timers",
                                                         "comms_log"}
 

@@ -213,8 +213,9 @@ def test_engine_comparison_runs_each_k(tmp_path, data_root, monkeypatch, no_orph
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert [(r["world_size"], r["grad_accum"]) for r in report["engines"]] == [(1, 1), (1, 2)]
-    assert report["engines"][1]["comm_rounds_per_step"] == 1
+    assert [(r["world_size"], r["grad_accum"]) for r in report["rows"]] == [(1, 1), (1, 2)]
+    assert report["rows"][1]["comm_rounds_per_step"] == 1
+    assert set(report["runs"]) == {"ddp@1", "ddp@1@K2"}
     [group] = report["grad_accum"]
     assert [r["grad_accum"] for r in group["by_k"]] == [1, 2]
     assert f"ddp N=1: {group['verdict']}" in proc.stdout

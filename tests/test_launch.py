@@ -208,7 +208,7 @@ def test_ctrl_c_stops_every_rank_and_keeps_old_results(tmp_path, data_root, no_o
 _LAUNCH_FOREVER = (
     "from swinkit.launch import LaunchConfig, launch\n"
     "launch('swinkit.rank.selftest:allreduce_loop', {'steps': 100000},\n"
-    "       LaunchConfig(world_size=2, wall_timeout_s=600), quiet=True)\n")
+    "       LaunchConfig(nproc_per_node=2, wall_timeout_s=600), quiet=True)\n")
 
 
 def _sigterm_once_iterating(cmd, sig=signal.SIGTERM) -> subprocess.Popen:
@@ -558,3 +558,25 @@ def test_a_run_spec_states_its_ranks_per_node_once():
     nodes = DDPRunSpec(nproc_per_node=2, launch=LaunchConfig(
         nproc_per_node=1, nnodes=3, rdzv_endpoint="node0:29500"))
     assert (nodes.world_size, nodes.launch_config().nproc_per_node) == (6, 2)
+
+
+def test_a_group_of_zombies_is_not_alive():
+    """A process that has ended but is not reaped yet (an agent's orphans wait for init, which
+    in a container can reap slowly) runs nothing: the supervisor does not wait on it."""
+    import psutil
+
+    from swinkit.result_files import alive
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(done.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert alive(live.pid, group=True) and not alive(done.pid, group=True)
+    finally:
+        live.kill()
+        live.wait()
+        done.wait()
+    assert not alive(done.pid, group=True)

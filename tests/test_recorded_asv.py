@@ -224,3 +224,13 @@ def test_a_damaged_row_in_a_newer_copy_is_skipped_and_named(tmp_path):
     assert inputs.meta["commit"] == json.loads(RESULT_FILE.read_text())["commit_hash"]
     assert any(str(damaged) in f and "damaged row " + ITERATION in f
                for f in inputs.skipped_files)
+
+
+def test_suite_reads_each_setup_caches_seconds_from_asvs_result():
+    """tools/suite.py's cost lines: asv's own record of each setup_cache (in the recorded
+    file: bench_data 379.8 s, bench_comm 219.3 s, bench_model 89.2 s, bench_ddp 75.0 s)."""
+    from swinkit.run_suite import setup_cache_seconds
+    found = setup_cache_seconds(RESULTS, "vm", "5398f7fd" + "0" * 32)
+    assert list(found) == ["bench_data", "bench_comm", "bench_model", "bench_ddp"]
+    assert found["bench_data"] == pytest.approx(379.776919)
+    assert setup_cache_seconds(RESULTS, "other", "5398f7fd") == {}

@@ -9,7 +9,9 @@ Environment: SWINKIT_PRESET (thesis with CUDA, cpu without), SWINKIT_OVERSUBSCRI
 After ``asv publish`` the page is made to work offline: the libraries asv's page loads from
 CDNs are copied from the cache that tools/setup.sh fills (tools/fetch_asv_assets.py) into the
 published folder, and the page points at them (swinkit/report/asv_offline/). Exit codes: 0 done,
-1 a step failed (a missing asset is named; the stored results are kept either way).
+1 a step failed (a missing asset is named; the stored results are kept either way). At the end
+it prints what the run cost: asv run's and publish's seconds with the load average around
+them, and each benchmark file's setup_cache seconds as asv recorded them.
 """
 from __future__ import annotations
 
@@ -52,14 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    run_code = 0
+    run_code, timings = 0, {}
     if not args.publish_only:
-        from swinkit.run_suite import run_suite
+        from swinkit.run_suite import run_suite, timing_lines
         try:
-            html, run_code = run_suite(args.bench, args.quick)
+            html, run_code = run_suite(args.bench, args.quick, timings)
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        print("\n".join(timing_lines(timings)))
     try:
         replaced = make_offline(html)
     except OfflineAssetsError as e:

@@ -22,7 +22,11 @@ ZeRO (*ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*) tr
 against memory: stages 1 and 2 replace the gradient all-reduce (2Ψ(N-1)/N) by a reduce-scatter
 of gradients plus an all-gather of updated parameters (also 2Ψ(N-1)/N together) while sharding
 optimizer states (stage 1) and gradients (stage 2) N ways; stage 3 shards parameters too and
-pays 3Ψ(N-1)/N. :func:`zero_model_state_bytes` is that memory side.
+pays 3Ψ(N-1)/N. :func:`zero_model_state_bytes` is that memory side. FSDP2 (torch's
+``fully_shard``) shards as stage 3 does: :func:`fsdp_traffic`.
+
+Each engine record (:mod:`swinkit.runs.engine_records`) names its model here; the engine
+comparison holds the bytes it measured against it (``traffic.expected`` in a result).
 
 DataParallel (one process, N devices, device 0 the master) moves per iteration: the scatter of
 the batch ((N-1)/N of the input bytes leave device 0), the replicate of parameters and buffers
@@ -38,12 +42,18 @@ _RING_KIND = {
     "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
     "inference_all_reduce": "all_reduce",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter",
-    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_base": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
+    "all_gather": "all_gather", "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
     "all_gather_base": "all_gather", "all_gather_coalesced": "all_gather",
     "broadcast": "broadcast", "reduce": "reduce",
     "all_to_all_single": "all_to_all", "all_to_all": "all_to_all",
 }
+
+
+def reduces(op: str | None) -> bool:
+    """Whether collective ``op`` reduces (all-reduce, reduce-scatter, reduce): what gradient
+    communication is made of; gathers and broadcasts move values unchanged."""
+    return _RING_KIND.get(op) in ("all_reduce", "reduce_scatter", "reduce")
 
 
 def _check(nbytes, world_size) -> None:
@@ -123,6 +133,24 @@ def zero_traffic(grad_bytes: int, param_bytes: int, world_size: int, stage: int,
     wire = (reductions * wire_bytes(reduce_op, grad_bytes, world_size)
             + wire_bytes("all_gather", param_bytes, world_size))
     return Traffic(message, wire, reductions + 1)
+
+
+def fsdp_traffic(param_bytes: int, grad_bytes: int, world_size: int,
+                 grad_accum: int = 1) -> Traffic:
+    """FSDP2 with parameters resharded after forward, per optimizer step (as ZeRO-3 counts it):
+    each micro-batch all-gathers the parameters in forward and again in backward, and the last
+    one reduce-scatters the gradients (the others accumulate unsharded gradients, without
+    synchronising): 2K all-gathers of the parameters and one reduce-scatter, (N-1)/N each.
+    (torch keeps the root unit's parameters gathered from forward to backward, so a run
+    gathers a little less than this.)"""
+    _check(param_bytes, world_size)
+    _check(grad_bytes, world_size)
+    if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
+        raise ValueError(f"grad_accum must be an integer >= 1, got {grad_accum!r}")
+    gathered = 2 * grad_accum * param_bytes
+    wire = (wire_bytes("all_gather", gathered, world_size)
+            + wire_bytes("reduce_scatter", grad_bytes, world_size))
+    return Traffic(gathered + grad_bytes, wire, 2 * grad_accum + 1)
 
 
 def zero_model_state_bytes(n_params: int, world_size: int, stage: int,

@@ -10,6 +10,12 @@ Commands:
     scorecard    a held-out prediction scored over K fresh launches (docs/prediction.md)
     converge     steps to a held-out target as batch and world size grow, and goodput
                  (docs/converge.md)
+    attribute    lost parallel efficiency split over components, from asv or a run now
+                 (docs/report.md; tools/attribute.py is the same with every option at once)
+    what-if      remedies predicted from their components, then run and scored (docs/whatif.md)
+    predict      world sizes and nodes not run, predicted (docs/prediction.md)
+    engines      the workload under every engine (DDP, DeepSpeed ZeRO, FSDP2, DataParallel),
+                 side by side (docs/engines.md)
 
 Examples:
     python -m swinkit describe --preset thesis --json
@@ -21,8 +27,10 @@ Examples:
     python -m swinkit validate --preset test --world-sizes 1,2
     python -m swinkit scorecard --preset test --launches 5
     python -m swinkit converge --preset test --world-sizes 1,2 --batches 2,4 --lr-rule linear,none
+    python -m swinkit attribute --run --preset test --world-sizes 1,2 --html a.html
+    python -m swinkit engines --preset test --world-sizes 1,2
 
-Exit codes: 0 success, 1 the work failed (e.g. bad files found), 2 bad input, 130 interrupted.
+Exit codes: one table for every command (swinkit/cli/exit_codes.py), printed under --help.
 """
 from __future__ import annotations
 
@@ -31,15 +39,19 @@ import json
 import sys
 from pathlib import Path
 
-from swinkit.cli import scorecard as scorecard_cli
+from swinkit.cli import attribute as attribute_cli
 from swinkit.cli import converge as converge_cli
+from swinkit.cli import engines as engines_cli
+from swinkit.cli import predict as predict_cli
+from swinkit.cli import scorecard as scorecard_cli
 from swinkit.cli import validate as validate_cli
+from swinkit.cli.exit_codes import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_DATA,
+                                    EXIT_OK, describe)
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
 from swinkit.injection import spec_help
 from swinkit.precision import PRECISIONS
-from swinkit.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from swinkit.quiet_libraries import send_library_logs_to_stderr
+from swinkit.runs.engine_records import DEFAULT_ENGINE, ENGINES
 
 
 
@@ -68,6 +80,7 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swinkit", description=__doc__.split("\n")[0],
+                                     epilog=describe(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -94,6 +107,9 @@ def get_parser() -> argparse.ArgumentParser:
     validate_cli.add_parser(sub)
     scorecard_cli.add_parser(sub)
     converge_cli.add_parser(sub, _add_workload_args)
+    attribute_cli.add_parsers(sub)
+    predict_cli.add_parser(sub)
+    engines_cli.add_parser(sub)
     return parser
 
 
@@ -128,9 +144,10 @@ def _add_ddp_parser(sub) -> None:
     add_node_args(p)
     p.add_argument("--bare", action="store_true",
                    help="no instrumentation, iteration time only (to measure its cost)")
-    p.add_argument("--engine", default="ddp",
-                   help="ddp (default), deepspeed, dp, dp-vanilla, or all (every engine at world "
-                        "size 1 and --world-size, one table; docs/engines.md)")
+    p.add_argument("--engine", default=None,
+                   help=f"{', '.join(ENGINES)} (default {DEFAULT_ENGINE}), or all (every engine "
+                        "at world size 1 and --world-size, one table; swinkit engines; "
+                        "docs/engines.md)")
     p.add_argument("--zero", type=int, help="DeepSpeed ZeRO stage 0, 1 or 2 (default 1)")
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step (default 1)")
@@ -200,8 +217,9 @@ def _verify_data(args) -> int:
 
 def _ddp(args) -> int:
     _refuse_unapplied_precision(args)
-    if args.engine != "ddp" or args.zero is not None or args.grad_accum != 1 or args.figure:
+    if args.engine is not None or args.zero is not None or args.grad_accum != 1 or args.figure:
         from swinkit.cli.engines import engine_command
+        args.engine = args.engine or DEFAULT_ENGINE
         return engine_command(args)
     from swinkit.cli.launch import launch_and_report, run_spec
     from swinkit.result_files import write_json_atomic
@@ -233,8 +251,9 @@ def _ddp(args) -> int:
 
 COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
             "verify-data": _verify_data, "ddp": _ddp, "validate": validate_cli.command,
-            "scorecard": scorecard_cli.command,
-            "converge": converge_cli.command}
+            "scorecard": scorecard_cli.command, "converge": converge_cli.command,
+            "attribute": attribute_cli.command, "what-if": attribute_cli.command,
+            "predict": predict_cli.command, "engines": engines_cli.command}
 
 
 def warn_untested_torch() -> None:
@@ -248,15 +267,29 @@ def warn_untested_torch() -> None:
         print(f"swinkit: warning: {warning}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "swinkit") -> int:
+    """Parse, run the command, and answer with one of :mod:`swinkit.cli.exit_codes`."""
     args = get_parser().parse_args(argv)
-    send_library_logs_to_stderr()  # stdout carries results (describe --json, the tables)
+    return run_command(COMMANDS[args.command], args, f"{prog} {args.command}")
+
+
+def run_command(command, args, label: str) -> int:
+    """``command(args)``, its failures turned into the exit-code table's answers: a failed
+    launch (the rank named), nothing stored to read, bad input, an interruption."""
+    from swinkit.attribution.inputs import InputError
+    from swinkit.launch import LaunchError
     try:
         warn_untested_torch()
-        return COMMANDS[args.command](args)
+        return command(args)
     except KeyboardInterrupt:
-        print("swinkit: interrupted", file=sys.stderr)
+        print(f"{label}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except LaunchError as exc:
+        print(f"{label}: a measurement failed: {exc.diagnosis.summary}", file=sys.stderr)
+        return EXIT_FAILED
+    except InputError as exc:  # before ValueError, which it is
+        print(f"{label}: {exc}", file=sys.stderr)
+        return EXIT_NO_DATA
     except ValueError as exc:  # config and data errors (DataError is a ValueError)
-        print(f"swinkit {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{label}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -9,6 +9,7 @@ build output).
     network.py   the address and interface nodes talk on (--local-addr, GLOO_SOCKET_IFNAME)
     terminate.py SIGTERM as an exception (a supervisor stopped from outside still cleans up), and
                  stopping the process groups and sessions a job started
+    cost.py      what a launch costs before any work: a no-op launch timed, phase by phase
 
 Knows nothing of the workload: entry points are "module:function" strings.
 """

@@ -3,6 +3,15 @@
 Runs this node's ranks with torch's ``elastic_launch`` (c10d rendezvous, no restarts) and, when a
 rank fails, writes ``agent-failures.json`` with each failed rank's exit code or signal so the
 supervisor can tell a killed rank (no error record) from a raising one.
+
+What a launch costs before any work (``tools/launch_cost.py`` measures it; docs/benchmarks.md)
+is cut here in two places. The ranks are forked from multiprocessing's fork server, started
+first thing, before this process imports torch: the server imports torch and the rank module
+beside this agent's own start (on another core), and each rank forked from it starts with them
+imported, where a spawned rank started Python and imported torch after the rendezvous. A
+forked process also ends without the interpreter's tear-down of torch's modules (half a second
+on these machines), and so does this agent (:func:`exit_now`), once its ranks are done and its
+records written.
 """
 from __future__ import annotations
 
@@ -15,12 +24,11 @@ import threading
 import time
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-from swinkit.launch.rank import rank_main
 from swinkit.result_files import alive, write_json_atomic
+
+# what the fork server imports before the first rank is forked from it (the rank's own imports)
+PRELOAD = ("torch", "torch.distributed", "swinkit.launch.rank")
+START_METHOD = "forkserver"
 
 
 def _signal_name(exitcode: int) -> str | None:
@@ -32,7 +40,16 @@ def _signal_name(exitcode: int) -> str | None:
     return None
 
 
-def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
+def start_fork_server(preload=PRELOAD) -> None:
+    """Start multiprocessing's fork server now, importing ``preload`` in it, so that the import
+    runs beside this process's own start (see the module doc)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+    multiprocessing.set_forkserver_preload(list(preload))
+    forkserver.ensure_running()
+
+
+def elastic_config(job: dict, log_dir: Path | None = None):
     """torch's launch configuration for this node, from the run's ``job.json``; torch's own
     logs in ``log_dir`` (the run folder's, removed with it), else in a temp folder of torch's
     that nothing removes.
@@ -41,13 +58,15 @@ def elastic_config(job: dict, log_dir: Path | None = None) -> LaunchConfig:
     it to the rendezvous and to the worker spec; put into ``rdzv_configs`` it would reach the
     rendezvous parameters twice and fail.
     """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
     spec = job["launch"]
     return LaunchConfig(
         min_nodes=spec["nnodes"], max_nodes=spec["nnodes"], nproc_per_node=spec["nproc_per_node"],
         run_id=job["run_id"], rdzv_backend="c10d", rdzv_endpoint=job["endpoint"],
         rdzv_configs={"join_timeout": spec["join_timeout_s"], "is_host": spec["node_rank"] == 0},
         local_addr=spec.get("local_addr"),
-        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        max_restarts=0, monitor_interval=0.1, start_method=START_METHOD,
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)) if log_dir else None)
 
 
@@ -99,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     # (SIGTERM keeps Python's default until torch's agent handles it, once its workers start:
     # a handler of ours would wait for the rendezvous's blocking calls to return)
     stop_when_orphaned(supervisor, on_orphan=remove_if_temporary)
+    start_fork_server()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    from swinkit.launch.rank import rank_main
     node_rank = job["launch"]["node_rank"]
     try:
         elastic_launch(elastic_config(job, run_dir / "elastic"), rank_main)(str(run_dir))
@@ -114,5 +138,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def stop_fork_server() -> None:
+    """End the fork server now that no rank is left to fork: told by the end of its pipe it
+    would tear down torch's modules first (half a second), with the supervisor waiting for
+    this process group to empty."""
+    from multiprocessing import forkserver
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def exit_now(code: int) -> None:
+    """End this process with ``code`` now: output flushed, the fork server stopped and
+    multiprocessing's clean-up run (its temp folder removed), the interpreter's tear-down of
+    torch's modules skipped (nothing of this agent's is left to clean up by then)."""
+    import logging
+    from multiprocessing import util
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    stop_fork_server()
+    util._exit_function()   # what multiprocessing's atexit hook does at a normal exit
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

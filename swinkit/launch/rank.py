@@ -24,6 +24,12 @@ from pathlib import Path
 from swinkit.faults import FAULT_ENV, RANK_KINDS, current_fault
 from swinkit.result_files import write_json_atomic
 
+# A rank whose collective broke (a symptom: a peer died or hung) waits this long before it
+# exits. torch's agent reports the first rank to exit; a killed rank's exit reaches it through
+# the fork server the ranks are forked from, a few milliseconds after the kernel ended it, while
+# a symptom rank can raise, write its record and exit within them: the wait keeps the root
+# cause first. It costs a failed run this much, never a healthy one.
+SYMPTOM_GRACE_S = 1.0
 COMM_ERROR_HINTS = ("connection closed", "connection reset", "timed out", "timeout", "gloo",
                     "nccl", "broken pipe", "socket", "store", "barrier", "peer")
 
@@ -108,10 +114,13 @@ def rank_main(run_dir: str):
         handle.heartbeat(-2, "done")
         return result
     except BaseException as exc:
+        symptom = is_comm_error(exc)
         write_json_atomic(run_dir / f"error-rank{rank}.json", {
             "rank": rank, "type": type(exc).__name__, "message": str(exc)[:2000],
-            "traceback": traceback.format_exc()[-6000:], "comm_error": is_comm_error(exc),
+            "traceback": traceback.format_exc()[-6000:], "comm_error": symptom,
             "time": time.time()})
+        if symptom:
+            time.sleep(SYMPTOM_GRACE_S)
         raise
     finally:
         if dist.is_initialized():

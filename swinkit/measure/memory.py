@@ -43,7 +43,10 @@ def peak_memory(cuda: bool, baseline_rss: int | None = None) -> dict:
 
 
 def tensor_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """Bytes the tensors hold on this rank: a sharded tensor (a DTensor, FSDP2's parameters
+    and their optimizer states) counts its local shard, not the whole it stands for."""
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+    return sum(t.numel() * t.element_size() for t in local)
 
 
 def optimizer_state_bytes(optimizer) -> int:

@@ -17,11 +17,12 @@ they put on their timeline. Nothing here launches a process or reads another ran
     components.py         the components of a DDP iteration, measured where they run
     collective_timing.py  collectives timed alone over the run's ranks
     deepspeed.py          the DeepSpeed (ZeRO 0/1/2) rank loop, DeepSpeed's timers beside it
+    fsdp2.py              the FSDP2 (torch's fully_shard) rank loop
     dp.py                 torch.nn.DataParallel (one process, N GPUs): the loop
     dp_parts.py           DataParallel's pure parts: batch split, loss gather, copy bytes
     dp_vanilla.py         the same from torch.nn.parallel primitives, each one timed
     engine_collectives.py every collective of an engine's comm backend on the timeline
-    devices.py            whether the machine has the devices an engine needs
+    devices.py            whether the machine has the devices (torch the parts) an engine needs
     selftest.py           a light workload for testing the harness itself
     errors.py             workload failures named (out of memory with rank and batch)
     converge.py           training to a held-out target (``swinkit converge``'s ranks)

@@ -53,6 +53,8 @@ from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.clocks import make_clock
 from swinkit.measure.timeline import Timeline
 from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.quiet_libraries import import_deepspeed
+from swinkit.rank.dp_parts import module_bytes
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
@@ -135,7 +137,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     # Long: a rank's whole run in the order it happens (set-up, the step, the measured
     # window and read-out on the shared skeleton, DeepSpeed's comms pass); kept in one piece so
     # it reads beside the DDP loop.
-    import deepspeed
+    deepspeed = import_deepspeed()
     import deepspeed.comm as ds_comm
     _quiet_deepspeed()
     _skip_shm_op()
@@ -151,6 +153,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     random.seed(seed + rank.rank)
     torch.manual_seed(seed)  # identical initial weights on every rank, as in the DDP loop
     model = build_segmentor(cfg).to(dev)
+    whole = module_bytes(model)   # what the engine record's traffic model counts
     optim_wrapper, schedulers = build_optimizer(cfg, model)
     sink = _TimerSink()
     if want_timers:
@@ -226,7 +229,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "ds_timers": timers[warmup:] if want_timers else None,
         "engine_call_marks": calls[warmup:], "sync_bn_modules": sync_bn_modules,
         "comms_logger": comms,
-        "memory": peak, "model_state": state,
+        "memory": peak, "model_state": state, "module_bytes": whole,
         "ds_config": config, "deepspeed": deepspeed.__version__,
         "images_per_step": cfg.images_per_rank * grad_accum,
     }

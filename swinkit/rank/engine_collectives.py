@@ -1,10 +1,11 @@
 """Every collective an engine runs, on the rank's timeline, with its message bytes.
 
 :class:`CollectiveRecorder` wraps the methods of a communication backend object (DeepSpeed's
-``deepspeed.comm`` backend, ``cdb``, through which every ZeRO collective passes) so each call
-becomes a record ``"{op}@{phase}"`` on the :class:`~swinkit.measure.timeline.Timeline`: arrival
-at the call, done when it returns (synchronous calls: gloo on CPU, where the call blocks until
-the collective is complete) or when its work handle's ``wait()`` returns (``async_op=True``).
+``deepspeed.comm`` backend, ``cdb``, through which every ZeRO collective passes; for FSDP2 the
+``torch.distributed`` module itself, :data:`FSDP_OPS`) so each call becomes a record
+``"{op}@{phase}"`` on the :class:`~swinkit.measure.timeline.Timeline`: arrival at the call,
+done when it returns (synchronous calls: gloo on CPU, where the call blocks until the
+collective is complete) or when its work handle's ``wait()`` returns (``async_op=True``).
 
 A synchronous collective also cuts the phase the rank was in: the phase is closed at the
 arrival and the collective's own span is marked ``exposed_comm`` (communication the rank sat
@@ -23,6 +24,9 @@ from __future__ import annotations
 OPS = ("all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor",
        "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_base",
        "all_gather_coalesced", "all_to_all_single", "inference_all_reduce")
+# FSDP2's collectives, called through torch.distributed (``*_single`` from torch 2.13 on)
+FSDP_OPS = ("all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
+            "reduce_scatter_single")
 
 
 def _nbytes(t) -> int:
@@ -39,6 +43,10 @@ def message_bytes(op: str, args: tuple, kwargs: dict) -> int:
         return sum(_nbytes(t) for t in arg(0, "tensors") or [])
     if op in ("all_gather_into_tensor", "all_gather_base"):
         return _nbytes(arg(0, "output_tensor"))
+    if op == "all_gather_single":
+        return _nbytes(arg(0, "output_tensor"))
+    if op == "reduce_scatter_single":
+        return _nbytes(arg(1, "input"))
     if op == "all_gather":
         return sum(_nbytes(t) for t in arg(0, "tensor_list") or [])
     if op == "all_gather_coalesced":
@@ -49,7 +57,7 @@ def message_bytes(op: str, args: tuple, kwargs: dict) -> int:
         return sum(_nbytes(t) for t in arg(1, "input_list") or [])
     if op == "all_to_all_single":
         return _nbytes(arg(1, "input"))
-    raise ValueError(f"op must be one of {', '.join(OPS)}; got {op!r}")
+    raise ValueError(f"op must be one of {', '.join(dict.fromkeys(OPS + FSDP_OPS))}; got {op!r}")
 
 
 class _Handle:

@@ -100,6 +100,11 @@ def engine_table(result: dict) -> str:
         lines.append(f"  {op:<24} {_f(v['count'], '{:g}'):>4} x, {_f(v['bytes'], '{:.3f}', MB)} MiB")
     for kind, nbytes in (t.get("by_copy") or {}).items():
         lines.append(f"  {kind:<24} {_f(nbytes, '{:.3f}', MB)} MiB")
+    model = t.get("expected")
+    if model:  # the engine record's analytic bytes for this run's sizes, beside the measured
+        lines.append(f"  analytic model: {_f(model['message_bytes'], '{:.3f}', MB)} MiB message "
+                     f"/ {_f(model['wire_bytes_per_rank'], '{:.3f}', MB)} MiB wire per rank "
+                     f"({model['formula']})")
     comms = eng.get("comms_logger")
     if comms:
         lines.append(f"DeepSpeed comms logger ({comms['steps']} extra steps): "

@@ -13,32 +13,6 @@ from swinkit.measure.phases import PHASES
 from swinkit.measure.timeline import phase_durations
 
 
-INSTRUMENTATION = {
-    "ddp": {"phases": "swinkit timeline (DDP comm hook marks the last bucket ready)",
-            "collectives": "DDP comm hook: every gradient bucket's all-reduce, its bytes",
-            "engine_timers": "DDP reducer timers (ddp_cross_check; CPU by default)",
-            "comms_log": None},
-    "deepspeed": {"phases": "swinkit timeline marks around engine(), engine.backward(), "
-                            "engine.step()",
-                  "collectives": "wrappers on DeepSpeed's comm backend (deepspeed.comm cdb): "
-                                 "every ZeRO collective, arrival/done, message bytes",
-                  "engine_timers": "DeepSpeed wall_clock_breakdown timers (fwd, bwd, bwd_inner, "
-                                   "bwd_allreduce, step; optimizer_gradients/step/allgather), "
-                                   "per step (CPU by default; they synchronise on GPU)",
-                  "comms_log": "DeepSpeed comms_logger (prof_all) in a separate pass after the "
-                               "measured steps (it synchronises after every collective)"},
-    "dp": {"phases": "swinkit timeline around the DataParallel call (copies inside forward)",
-           "collectives": "bytes of scatter / replicate / gather counted in DataParallel's "
-                          "methods; gradient reduce-add bytes from the parameter list",
-           "engine_timers": None, "comms_log": None},
-    "dp-vanilla": {"phases": "swinkit timeline; scatter, replicate and gather each a span "
-                             "(exposed_comm), parallel_apply forward",
-                   "collectives": "scatter / replicate / gather as blocking records with bytes; "
-                                  "gradient reduce-add inside backward (bytes only)",
-                   "engine_timers": None, "comms_log": None},
-}
-
-
 def _micro_starts(iteration: dict) -> list[float]:
     """Start of each micro-step: the iteration start, then every mark that closes an optimizer
     or backward phase and is followed by a data_wait (the next micro-batch's loading)."""
@@ -50,26 +24,29 @@ def _micro_starts(iteration: dict) -> list[float]:
     return starts
 
 
+def _reduces_gradients(name: str) -> bool:
+    """A gradient reduction: a DDP bucket, or a reducing collective an engine ran in backward
+    (FSDP2's all-gathers in backward bring parameters back: not gradient communication)."""
+    return name.startswith("bucket") or (name.endswith("@backward")
+                                         and traffic.reduces(traffic.collective_op(name)))
+
+
 def comm_rounds(iteration: dict) -> int:
     """Micro-steps of this iteration in which gradients were communicated during backward:
     1 for DDP with no_sync accumulation and ZeRO-0/1 (at the boundary only), K for ZeRO-2."""
     starts = _micro_starts(iteration)
     rounds = set()
     for c in iteration["collectives"]:
-        op = traffic.collective_op(c["name"])
-        in_backward = c["name"].startswith("bucket") or c["name"].endswith("@backward")
-        if op is None or not in_backward or c.get("arrive") is None:
+        if not _reduces_gradients(c["name"]) or c.get("arrive") is None:
             continue
         rounds.add(sum(1 for s in starts if s <= c["arrive"]))
     return len(rounds)
 
 
 def gradient_collectives(iteration: dict) -> int:
-    """Gradient-reduction collectives of one iteration (DDP buckets; DeepSpeed's reductions in
-    backward)."""
-    return sum(1 for c in iteration["collectives"]
-               if c["name"].startswith("bucket")
-               or (c["name"].endswith("@backward") and traffic.collective_op(c["name"])))
+    """Gradient-reduction collectives of one iteration (DDP buckets; the other engines'
+    reductions in backward)."""
+    return sum(1 for c in iteration["collectives"] if _reduces_gradients(c["name"]))
 
 
 def _steps(timeline: list[dict], warmup: int, group: int) -> list[list[dict]]:
@@ -111,64 +88,23 @@ def engine_block(spec: EngineSpec, result: dict) -> dict:
     """Bytes, rounds, communication per image, memory and state: the engine comparison's
     columns for one run, per optimizer step (rank 0's timeline for counts and bytes; medians
     over measured steps)."""
-    # Long: one column of the engine comparison after another, in the table's order.
-    world = result["world_size"]
-    ranks = result["ranks"]
-    r0 = ranks[0]
-    k = spec.grad_accum
-    group = k if spec.engine == "ddp" else 1   # timeline iterations per optimizer step
+    rec = spec.record
+    world, ranks, k = result["world_size"], result["ranks"], spec.grad_accum
+    group = k if rec.micro_batch_iterations else 1   # timeline iterations per optimizer step
     images_per_device_step = result["images_per_rank"] * k
     steps = step_summary(result, group)
     block = {"name": spec.engine, "key": spec.key, "zero": spec.zero_stage, "grad_accum": k,
-             "instrumentation": INSTRUMENTATION[spec.engine],
+             "instrumentation": rec.instrumentation,
              "images_per_step": images_per_device_step * world,
              "step_s": steps["step_s"], "step_phases_s": {p: steps[p] for p in PHASES}}
     if group == 1 and result.get("blame_s"):
         block["step_blame_s"] = dict(result["blame_s"])
     elif result.get("blame_mean_s"):  # per micro-batch: means add up to the step, medians do not
         block["step_blame_s"] = {key: v * group for key, v in result["blame_mean_s"].items()}
-    if spec.engine in ("dp", "dp-vanilla"):
-        rows = r0.get("copies_bytes") or []
-        med = {kind: statistics.median(r[kind] for r in rows) for kind in rows[0]} if rows else {}
-        wire = sum(med.values()) if med else None
-        block["traffic"] = {"message_bytes": wire, "wire_bytes_per_rank": wire,
-                            "by_copy": med, "collectives_per_step": 4 if med else None,
-                            "gradient_collectives_per_step": k if world > 1 else 0,
-                            "comm_rounds_per_step": k if world > 1 else 0,
-                            "note": "one process: bytes copied between devices per iteration"}
-    else:
-        per_step = []
-        for step in _steps(r0["timeline"], result["warmup"], group):
-            rows = traffic.traffic_from_timeline(step, world)["per_iteration"]
-            by_op: dict = {}
-            for row in rows:
-                for op, v in row["by_op"].items():
-                    e = by_op.setdefault(op, {"count": 0, "bytes": 0})
-                    e["count"] += v["count"]
-                    e["bytes"] += v["bytes"]
-            per_step.append({
-                "message_bytes": sum(r["message_bytes"] for r in rows),
-                "wire_bytes_per_rank": sum(r["wire_bytes_per_rank"] for r in rows),
-                "collectives": sum(r["collectives"] for r in rows), "by_op": by_op,
-                "gradient_collectives": sum(gradient_collectives(i) for i in step),
-                "comm_rounds": sum(comm_rounds(i) for i in step)})
-        ops = {op for s in per_step for op in s["by_op"]}
-        block["traffic"] = {
-            "message_bytes": _median([s["message_bytes"] for s in per_step]),
-            "wire_bytes_per_rank": _median([s["wire_bytes_per_rank"] for s in per_step]),
-            "collectives_per_step": _median([s["collectives"] for s in per_step]),
-            "by_op": {op: {"count": _median([s["by_op"].get(op, {}).get("count", 0) for s in per_step]),
-                           "bytes": _median([s["by_op"].get(op, {}).get("bytes", 0) for s in per_step])}
-                      for op in sorted(ops)},
-            "gradient_collectives_per_step": _median([s["gradient_collectives"] for s in per_step]),
-            "comm_rounds_per_step": _median([s["comm_rounds"] for s in per_step]),
-            "model": "ring: all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, "
-                     "broadcast and reduce 1 x message bytes per rank",
-        }
-        if spec.engine == "deepspeed":
-            block["comms_logger"] = r0.get("comms_logger")
-            block["ds_config"] = r0.get("ds_config")
-            block["deepspeed"] = r0.get("deepspeed")
+    read = _copy_traffic if rec.traffic_source == "copies" else _collective_traffic
+    block["traffic"] = read(result, group, k)
+    block["traffic"]["expected"] = expected_traffic(spec, result)
+    block.update({name: ranks[0].get(name) for name in rec.block_fields})
     wire = block["traffic"]["wire_bytes_per_rank"]
     block["comm_per_image_s"] = steps["exposed_comm"] / images_per_device_step
     block["wire_bytes_per_image"] = None if wire is None else wire / images_per_device_step
@@ -183,6 +119,75 @@ def engine_block(spec: EngineSpec, result: dict) -> dict:
         block["memory_note"] = ("this engine's rank loop records no peak memory "
                                 "(swinkit.rank.ddp._result has no 'memory' field)")
     return block
+
+
+def _copy_traffic(result: dict, group: int, k: int) -> dict:
+    """One process driving N devices: the bytes its rank counted copying between them."""
+    rows = result["ranks"][0].get("copies_bytes") or []
+    med = {kind: statistics.median(r[kind] for r in rows) for kind in rows[0]} if rows else {}
+    wire = sum(med.values()) if med else None
+    moved = k if result["world_size"] > 1 else 0
+    return {"message_bytes": wire, "wire_bytes_per_rank": wire, "by_copy": med,
+            "collectives_per_step": 4 if med else None,
+            "gradient_collectives_per_step": moved, "comm_rounds_per_step": moved,
+            "note": "one process: bytes copied between devices per iteration"}
+
+
+def _collective_traffic(result: dict, group: int, k: int) -> dict:
+    """Collectives on rank 0's timeline, per optimizer step (medians over measured steps)."""
+    per_step = []
+    for step in _steps(result["ranks"][0]["timeline"], result["warmup"], group):
+        rows = traffic.traffic_from_timeline(step, result["world_size"])["per_iteration"]
+        by_op: dict = {}
+        for row in rows:
+            for op, v in row["by_op"].items():
+                e = by_op.setdefault(op, {"count": 0, "bytes": 0})
+                e["count"] += v["count"]
+                e["bytes"] += v["bytes"]
+        per_step.append({
+            "message_bytes": sum(r["message_bytes"] for r in rows),
+            "wire_bytes_per_rank": sum(r["wire_bytes_per_rank"] for r in rows),
+            "collectives": sum(r["collectives"] for r in rows), "by_op": by_op,
+            "gradient_collectives": sum(gradient_collectives(i) for i in step),
+            "comm_rounds": sum(comm_rounds(i) for i in step)})
+
+    def med(read):
+        return _median([read(s) for s in per_step])
+    ops = sorted({op for s in per_step for op in s["by_op"]})
+    return {
+        "message_bytes": med(lambda s: s["message_bytes"]),
+        "wire_bytes_per_rank": med(lambda s: s["wire_bytes_per_rank"]),
+        "collectives_per_step": med(lambda s: s["collectives"]),
+        "by_op": {op: {"count": med(lambda s: s["by_op"].get(op, {}).get("count", 0)),
+                       "bytes": med(lambda s: s["by_op"].get(op, {}).get("bytes", 0))}
+                  for op in ops},
+        "gradient_collectives_per_step": med(lambda s: s["gradient_collectives"]),
+        "comm_rounds_per_step": med(lambda s: s["comm_rounds"]),
+        "model": "ring: all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, "
+                 "broadcast and reduce 1 x message bytes per rank",
+    }
+
+
+def expected_traffic(spec: EngineSpec, result: dict) -> dict | None:
+    """The engine record's analytic bytes per optimizer step for this run's sizes (the model's
+    gradient, parameter and buffer bytes the ranks measured; DDP's buckets), to hold the
+    measured bytes against; None where the engine has no model or the run lacks a size."""
+    model = spec.record.traffic_model
+    if model is None:
+        return None
+    r0 = result["ranks"][0]
+    module = r0.get("module_bytes") or {}
+    crop = result.get("crop_size") or [0, 0]
+    sizes = {"world_size": result["world_size"], "grad_accum": spec.grad_accum,
+             "zero": spec.zero_stage, "bucket_bytes": result.get("bucket_sizes_bytes"),
+             "param_bytes": module.get("params"), "grad_bytes": module.get("grads"),
+             "buffer_bytes": module.get("buffers"),
+             # one optimizer step's images, float32 RGB at the crop, scattered from device 0
+             "input_bytes": (r0.get("images_per_step") or 0) * 3 * crop[0] * crop[1] * 4
+                            // spec.grad_accum or None}
+    found = model(sizes)
+    formula = " ".join(model.__doc__.split())
+    return None if found is None else dict(found.to_dict(), formula=formula)
 
 
 CALLS = ("forward", "backward", "step")   # engine(), engine.backward(), engine.step()

@@ -1,14 +1,16 @@
-"""The same workload under every engine: dispatch an :class:`~swinkit.runs.engine_spec.EngineSpec`,
-aggregate what its ranks measured in swinkit's vocabulary, and add what engines differ in:
-bytes moved per iteration, gradient-communication rounds per optimizer step, communication per
-image, peak memory and model-state bytes per rank.
+"""The same workload under every engine: dispatch an :class:`~swinkit.runs.engine_spec.EngineSpec`
+as its record says (:mod:`swinkit.runs.engine_records`), aggregate what its ranks measured in
+swinkit's vocabulary, and add what engines differ in: bytes moved per iteration,
+gradient-communication rounds per optimizer step, communication per image, peak memory and
+model-state bytes per rank.
 
-    ddp          swinkit.runs.ddp_run.run_ddp, unchanged (its JSON, plus ``engine``)
-    deepspeed    ranks launched like DDP's (swinkit.launch), entry swinkit.rank.deepspeed
-    dp, dp-vanilla  one process driving N GPUs, entry swinkit.rank.dp
+    ddp_run      swinkit.runs.ddp_run.run_ddp, unchanged (its JSON, plus ``engine``)
+    ranks        one process per rank, launched like DDP's (swinkit.launch), the record's entry
+    one_process  one process driving the world size's GPUs (DataParallel)
 
 Every result carries the DDP result's fields that describe an iteration (``phases_s``,
-``iter_s``, ``blame_s``, ...) and an ``engine`` block (see :func:`engine_block`).
+``iter_s``, ``blame_s``, ...) and an ``engine`` block (see
+:func:`~swinkit.runs.engine_result.engine_block`).
 """
 from __future__ import annotations
 
@@ -17,47 +19,25 @@ import dataclasses
 from swinkit.attribution.blame import annotate, compute_blame, summarize_blame
 from swinkit.data.loader import ensure_data
 from swinkit.launch import LaunchConfig, launch
-from swinkit.runs.engine_spec import (COMPARED, EngineSpec, EngineUnavailable, spec_for_key)
+from swinkit.runs.engine_records import COMPARED, KEYS
+from swinkit.runs.engine_spec import EngineSpec, EngineUnavailable, spec_for_key
 from swinkit.measure.aggregate import aggregate_phases
 from swinkit.measure.phases import PHASES
 from swinkit.runs.engine_result import ds_cross_check, engine_block
 from swinkit.runs.ddp_run import _clock_summary, environment, run_ddp
 
-DS_ENTRY = "swinkit.rank.deepspeed:deepspeed_rank"
-DP_ENTRY = "swinkit.rank.dp:dp_rank"
-
 
 def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=print) -> dict | None:
     """Validate (ValueError, EngineUnavailable), launch, aggregate; LaunchError if a rank fails."""
     spec.validate()
-    if spec.engine == "ddp":
+    if spec.record.shape == "ddp_run":
         result = run_ddp(spec.ddp_spec(), quiet=quiet, run_dir=run_dir, progress=progress)
-        if result is None:
-            return None
-        result["engine"] = engine_block(spec, result)
+        if result is not None:
+            result["engine"] = engine_block(spec, result)
         return result
     cfg, lc = spec.run.validate()
     ensure_data(cfg, progress=progress)
-    common = dict(preset=spec.run.preset, iters=spec.run.iters, warmup=spec.run.warmup,
-                  workers=spec.run.workers, data_root=cfg.data_root,
-                  overrides=dict(spec.run.overrides), device=cfg.device,
-                  grad_accum=spec.grad_accum)
-    if spec.engine == "deepspeed":
-        kwargs = dict(common, zero=spec.zero_stage, ds_timers=spec.ds_timers,
-                      comm_pass_iters=spec.comm_pass_iters)
-        env = {"DS_ACCELERATOR": "cuda" if cfg.device == "cuda" else "cpu"}
-        run = launch(DS_ENTRY, kwargs, lc, run_dir=run_dir, env=env, quiet=quiet)
-        world = lc.world_size
-        backend = lc.resolved_backend()
-    else:
-        kwargs = {k: v for k, v in common.items() if k != "device"}
-        kwargs.update(n_devices=spec.run.world_size, vanilla=spec.engine == "dp-vanilla")
-        one = LaunchConfig(nproc_per_node=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
-                           wall_timeout_s=lc.wall_timeout_s, pg_timeout_s=lc.pg_timeout_s,
-                           join_timeout_s=lc.join_timeout_s)
-        run = launch(DP_ENTRY, kwargs, one, run_dir=run_dir, quiet=quiet)
-        world = spec.run.world_size
-        backend = "cuda copies (one process)"
+    run, world, backend = _launch_ranks(spec, cfg, lc, quiet, run_dir)
     if run.result is None:
         return None
     ranks = run.result["ranks"]
@@ -78,13 +58,29 @@ def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=prin
     annotate(timelines)
     out["residual_s"] = out["iter_s"] - sum(out["blame_s"].values())
     out["clock"] = _clock_summary(ranks)
-    if spec.engine == "deepspeed":
+    if spec.record.own_timers:
         out["ds_cross_check"] = ds_cross_check(ranks)
     out["engine"] = engine_block(spec, out)
     return out
 
 
-# ----------------------------------------------------------------- what engines differ in
+def _launch_ranks(spec: EngineSpec, cfg, lc: LaunchConfig, quiet: bool, run_dir):
+    """Start the record's entry in its shape: (the launch, world size, backend named)."""
+    rec = spec.record
+    kwargs = dict(preset=spec.run.preset, iters=spec.run.iters, warmup=spec.run.warmup,
+                  workers=spec.run.workers, data_root=cfg.data_root,
+                  overrides=dict(spec.run.overrides), grad_accum=spec.grad_accum,
+                  **rec.rank_kwargs, **spec.options())
+    if rec.shape == "one_process":
+        one = LaunchConfig(nproc_per_node=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
+                           wall_timeout_s=lc.wall_timeout_s, pg_timeout_s=lc.pg_timeout_s,
+                           join_timeout_s=lc.join_timeout_s)
+        run = launch(rec.entry, dict(kwargs, n_devices=spec.run.nproc_per_node), one,
+                     run_dir=run_dir, quiet=quiet)
+        return run, spec.run.nproc_per_node, "cuda copies (one process)"
+    run = launch(rec.entry, dict(kwargs, device=cfg.device), lc, run_dir=run_dir,
+                 env=rec.env(cfg.device), quiet=quiet)
+    return run, lc.world_size, lc.resolved_backend()
 
 
 # ----------------------------------------------------------------- several engines
@@ -128,7 +124,7 @@ def run_engines_by_k(keys, world_sizes, run, ks, progress=print, quiet=True, **s
                     spec.validate()
                 except EngineUnavailable:
                     continue  # run_engines records it as skipped, with the reason
-                (spec.ddp_spec() if spec.engine == "ddp" else spec.run).validate()
+                (spec.ddp_spec() if spec.record.shape == "ddp_run" else spec.run).validate()
     out = {"results": {}, "skipped": {}, "failed": {}}
     for k in ks:
         runs = run_engines(keys, world_sizes, run, grad_accum=k, progress=progress, quiet=quiet,
@@ -147,7 +143,7 @@ def compare_rows(runs: dict) -> list[dict]:
 
     def order(item):
         key, ws, *k = item[0]
-        return ws, COMPARED.index(key) if key in COMPARED else 99, k
+        return ws, list(KEYS).index(key) if key in KEYS else 99, k
     for (key, ws, *k), r in sorted(results.items(), key=order):
         base = results.get((key, 1, *k))
         eng = r["engine"]
@@ -188,7 +184,7 @@ def engine_sweep(preset: str, keys=COMPARED, world_sizes=(1, 2, 4, 8), grad_accu
                          launch=sweep_launch(ws, wall_timeout_s))
         for key in keys:
             spec = spec_for_key(key, run, grad_accum=grad_accum)
-            if spec.engine not in ("dp", "dp-vanilla") and plan[ws]:
+            if spec.record.shape != "one_process" and plan[ws]:  # ranks need cores or GPUs
                 sweep.skipped[(key, ws)] = plan[ws]
                 continue
             try:

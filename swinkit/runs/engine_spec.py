@@ -1,21 +1,19 @@
 """Which engine runs the workload, and with what: :class:`EngineSpec`, validated before any
-process starts (ValueError naming the field), and the asv-style engine keys."""
+process starts (ValueError naming the field) against the engine's record
+(:mod:`swinkit.runs.engine_records`)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass
 
 from swinkit.input_checks import check_int
-from swinkit.rank.devices import EngineUnavailable, check_dp_devices
+from swinkit.rank.devices import EngineUnavailable
+from swinkit.runs.engine_records import ENGINES, KEYS, OPTIONS, RUN_FEATURES, Engine, record
 
-ENGINES = ("ddp", "deepspeed", "dp", "dp-vanilla")
+__all__ = ["ENGINES", "EngineSpec", "EngineUnavailable", "spec_for_key"]
+
 ZERO_STAGES = (0, 1, 2)
-# The engines the comparison and the asv suite name, as (engine, zero stage).
-ENGINE_KEYS = {"ddp": ("ddp", None), "zero0": ("deepspeed", 0), "zero1": ("deepspeed", 1),
-               "zero2": ("deepspeed", 2), "dp": ("dp", None), "dp_vanilla": ("dp-vanilla", None)}
-COMPARED = ("ddp", "zero1", "zero2", "dp", "dp_vanilla")
-DEEPSPEED_PIN = "deepspeed==0.19.8"
+DEFAULTS = {"zero": None, "ds_timers": None, "comm_pass_iters": 2}  # of OPTIONS: "not set"
 
 
 @dataclass(frozen=True)
@@ -23,13 +21,12 @@ class EngineSpec:
     """An engine and its knobs around the common run settings.
 
     Attributes:
-        engine: ``ddp`` (swinkit's instrumented DDP loop, unchanged), ``deepspeed``,
-            ``dp`` (``torch.nn.DataParallel``) or ``dp-vanilla`` (the same with the
-            ``torch.nn.parallel`` primitives, each timed).
-        zero: DeepSpeed's ZeRO stage, 0, 1 or 2 (deepspeed only; default 1).
+        engine: a name of :data:`~swinkit.runs.engine_records.ENGINES` (``ddp``, ``deepspeed``,
+            ``fsdp2``, ``dp``, ``dp-vanilla``).
+        zero: DeepSpeed's ZeRO stage, 0, 1 or 2 (engines taking ``zero``; default 1).
         grad_accum: micro-batches per optimizer step (each of the preset's images per device).
-        run: preset, world size, iterations, loader, launch: the DDP run's settings. For ``dp``
-            and ``dp-vanilla`` the world size is the number of GPUs one process drives.
+        run: preset, world size, iterations, loader, launch: the DDP run's settings. For an
+            engine of one process (DataParallel) the world size is the number of GPUs it drives.
         ds_timers: DeepSpeed's wall-clock timers (default: CPU only; they synchronise on GPU).
         comm_pass_iters: optimizer steps of DeepSpeed's comms-logger pass after the measured ones.
     """
@@ -41,50 +38,65 @@ class EngineSpec:
     comm_pass_iters: int = 2
 
     @property
-    def key(self) -> str:
-        """``ddp``, ``zero1``, ``dp_vanilla``, ... (the comparison's and asv's name)."""
-        if self.engine == "deepspeed":
-            return f"zero{self.zero if self.zero is not None else 1}"
-        return self.engine.replace("-", "_")
+    def record(self) -> Engine:
+        return record(self.engine)
 
     @property
     def zero_stage(self) -> int | None:
-        return (1 if self.zero is None else self.zero) if self.engine == "deepspeed" else None
+        """The ZeRO stage of an engine that takes one (1 by default), else None."""
+        if "zero" not in self.record.options:
+            return None
+        return 1 if self.zero is None else self.zero
+
+    def options(self) -> dict:
+        """The engine's own options as its rank takes them (``zero`` resolved)."""
+        out = {name: getattr(self, name) for name in self.record.options}
+        if "zero" in out:
+            out["zero"] = self.zero_stage
+        return out
+
+    @property
+    def key(self) -> str:
+        """``ddp``, ``zero1``, ``dp_vanilla``, ... (the comparison's and asv's name)."""
+        return self.record.key_of(self.options())
 
     def validate(self) -> "EngineSpec":
         """Field checks, then whether this machine can run it (:class:`EngineUnavailable`)."""
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)} (or 'all' on the "
-                             f"command line); got {self.engine!r}")
-        if self.zero is not None and self.engine != "deepspeed":
-            raise ValueError(f"zero applies to engine deepspeed only; got zero={self.zero!r} "
-                             f"with engine {self.engine!r}")
-        if self.engine == "deepspeed" and self.zero_stage not in ZERO_STAGES:
+        rec = record(self.engine)   # ValueError naming the known engines
+        for name in OPTIONS:
+            if name not in rec.options and getattr(self, name) != DEFAULTS[name]:
+                takers = [e.name for e in ENGINES.values() if name in e.options]
+                raise ValueError(f"{name} applies to engine {', '.join(takers)} only; got "
+                                 f"{name}={getattr(self, name)!r} with engine {self.engine!r}")
+        if self.zero_stage is not None and self.zero_stage not in ZERO_STAGES:
             raise ValueError(f"zero must be 0, 1 or 2, got {self.zero!r} (ZeRO-3 partitions the "
                              "parameters themselves: not measured here)")
         check_int("grad_accum", self.grad_accum)
         check_int("comm_pass_iters", self.comm_pass_iters, 0)
         if self.run is None:
             raise ValueError("run (the preset, world size and iterations) is required")
-        if self.engine == "ddp" and self.grad_accum > 1 and not _ddp_has_grad_accum():
-            raise ValueError("grad_accum > 1 with engine ddp needs DDPOptions.grad_accum "
-                             "(DDP's no_sync accumulation), which this checkout lacks")
-        if self.engine != "ddp":
-            unsupported = [name for name, on in (
-                ("inject", self.run.injection.active), ("bare", self.run.bare),
-                ("trace", bool(self.run.trace_dir))) if on]
-            if unsupported:
-                asked = (f"; --inject {self.run.injection.describe()}"
-                         if self.run.injection.active else "")  # the field(s) refused
-                raise ValueError(f"{', '.join(unsupported)} supported with engine ddp only "
-                                 f"(engine {self.engine!r}{asked})")
-        if self.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-            raise EngineUnavailable(f"engine deepspeed needs DeepSpeed: pip install "
-                                    f"'{DEEPSPEED_PIN}' (tools/setup.sh installs it with "
-                                    "DS_BUILD_OPS=0)")
-        if self.engine in ("dp", "dp-vanilla"):
-            check_dp_devices(self.run.world_size)
+        self._check_run_features(rec)
+        why = rec.unavailable(self)
+        if why:
+            raise EngineUnavailable(why)
         return self
+
+    def _check_run_features(self, rec: Engine) -> None:
+        """The run's features and precision this engine cannot take, refused by name."""
+        asked = {"inject": self.run.injection.active, "bare": self.run.bare,
+                 "trace": bool(self.run.trace_dir)}
+        unsupported = [name for name in RUN_FEATURES if asked[name] and name not in rec.run_features]
+        if unsupported:
+            takers = sorted({e.name for e in ENGINES.values()
+                             if set(unsupported) <= set(e.run_features)})
+            detail = (f"; --inject {self.run.injection.describe()}"
+                      if "inject" in unsupported else "")  # the field(s) refused
+            raise ValueError(f"{', '.join(unsupported)} supported with engine "
+                             f"{', '.join(takers)} only (engine {self.engine!r}{detail})")
+        precision = dict(self.run.overrides).get("precision", "fp32")
+        if precision not in rec.precisions:
+            raise ValueError(f"precision {precision!r}: engine {self.engine!r} runs "
+                             f"{', '.join(rec.precisions)} only (docs/precision.md)")
 
     def ddp_spec(self):
         """The DDP run spec. With ``grad_accum`` K, DDP's loop counts micro-batches as
@@ -97,15 +109,12 @@ class EngineSpec:
                                    warmup=self.run.warmup * self.grad_accum)
 
 
-def _ddp_has_grad_accum() -> bool:
-    from swinkit.runs.ddp_run import DDPRunSpec
-    ddp = {f.name: f for f in dataclasses.fields(DDPRunSpec)}.get("ddp")
-    return ddp is not None and "grad_accum" in {f.name for f in dataclasses.fields(ddp.default_factory)}
-
-
 def spec_for_key(key: str, run, grad_accum: int = 1, **kw) -> EngineSpec:
-    """The EngineSpec an engine key (``ddp``, ``zero1``, ``dp_vanilla``, ...) names."""
-    if key not in ENGINE_KEYS:
-        raise ValueError(f"engine key must be one of {', '.join(ENGINE_KEYS)}; got {key!r}")
-    engine, zero = ENGINE_KEYS[key]
-    return EngineSpec(engine=engine, zero=zero, grad_accum=grad_accum, run=run, **kw)
+    """The EngineSpec an engine key (``ddp``, ``zero1``, ``dp_vanilla``, ...) names; options
+    in ``kw`` the engine does not take are dropped (a comparison passes DeepSpeed's timers to
+    every engine)."""
+    if key not in KEYS:
+        raise ValueError(f"engine key must be one of {', '.join(KEYS)}; got {key!r}")
+    rec, fixed = KEYS[key]
+    taken = {k: v for k, v in kw.items() if k in rec.options or k not in OPTIONS}
+    return EngineSpec(engine=rec.name, grad_accum=grad_accum, run=run, **fixed, **taken)
