@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import shutil
+import time
 
 import pytest
 
@@ -164,15 +165,23 @@ def test_cfg(data_root):
     return load_config("test", data_root)
 
 
+# Every process this test session starts inherits the mark, so a launch of another checkout's
+# tests or of a user's command on the same machine is not taken for this session's orphan.
+SESSION_MARK = "SWINKIT_TEST_SESSION"
+os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
+
+
 def project_processes() -> list:
-    """Live processes started by a swinkit launch (they carry SWINKIT_RUN_DIR)."""
+    """Live processes started by a swinkit launch of this test session (they carry
+    SWINKIT_RUN_DIR and this session's mark)."""
     import psutil
     found = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if "SWINKIT_RUN_DIR" in p.environ():
+            env = p.environ()
+            if "SWINKIT_RUN_DIR" in env and env.get(SESSION_MARK) == os.environ[SESSION_MARK]:
                 found.append(p)
         except psutil.Error:
             continue

@@ -580,3 +580,19 @@ def test_a_group_of_zombies_is_not_alive():
         live.wait()
         done.wait()
     assert not alive(done.pid, group=True)
+
+
+def test_a_launch_runs_where_tmpdir_is_too_deep_for_a_socket(tmp_path, monkeypatch, no_orphans):
+    """The agent forks its ranks from a fork server listening on a Unix socket under TMPDIR;
+    a socket path holds at most 107 bytes, so under a 90-character TMPDIR (a batch job's
+    scratch folder) every launch failed with "no rank joined" before the server's socket moved
+    to /tmp. The run folder still goes under the deep TMPDIR."""
+    import tempfile
+    deep = tmp_path / ("d" * max(1, 90 - len(str(tmp_path))))
+    deep.mkdir()
+    assert len(str(deep)) + 32 > 107
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    done = launch(ENTRY, {"steps": 2}, LaunchConfig(nproc_per_node=1, **FAST), quiet=True,
+                  run_dir=deep / "run")
+    assert len(done.result["ranks"]) == 1

@@ -15,6 +15,7 @@ records written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,7 +47,29 @@ def start_fork_server(preload=PRELOAD) -> None:
     import multiprocessing
     from multiprocessing import forkserver
     multiprocessing.set_forkserver_preload(list(preload))
-    forkserver.ensure_running()
+    with _short_socket_dir():
+        forkserver.ensure_running()
+
+
+# The fork server listens on a Unix socket, multiprocessing's temp dir (pymp-XXXXXXXX, made
+# under TMPDIR) plus listener-XXXXXXXX: 32 bytes beyond TMPDIR, and a socket path holds at most
+# 107 (AF_UNIX). A deep TMPDIR (a batch job's scratch folder, pytest's) would stop every
+# launch; Python 3.11 does not fall back by itself.
+SOCKET_TMPDIR_MAX = 107 - 32
+
+
+@contextlib.contextmanager
+def _short_socket_dir(base: str = "/tmp"):
+    """multiprocessing's temp dir made under ``base`` where TMPDIR is too long for a socket;
+    the dir is made once per process and kept, so only the fork server's socket moves."""
+    import tempfile
+    saved = tempfile.tempdir
+    if len(tempfile.gettempdir()) > SOCKET_TMPDIR_MAX and os.access(base, os.W_OK):
+        tempfile.tempdir = base
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 def elastic_config(job: dict, log_dir: Path | None = None):
