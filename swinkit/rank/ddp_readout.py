@@ -74,6 +74,8 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, starts: list[
         "clock": {k: v for k, v in clocks.items() if k != "applied"},
         "sync_bn_channels": [m.num_features for m in sync_batch_norms(run.model)],
         "injected": [run.injected[n] for n in kept],
+        # what the loop applied: name, label (a CPU's no-op tf32 says so), TF32/cuDNN switches
+        "precision": run.amp.to_dict() if run.amp else None,
     }
     # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
     # an independent check of the timeline's iteration times (a step cut short at a line-up

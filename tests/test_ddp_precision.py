@@ -1,0 +1,150 @@
+"""The DDP loop in a training precision: autocast around forward and loss (a backbone linear
+computes in bf16), the gradients DDP all-reduces in fp32, fp16's GradScaler through its CPU
+seam, the result and table naming the precision, and a bad precision refused before any launch
+naming the field. A real two-rank bf16 run checks that its phases still add up; the CUDA
+branches of each precision are in tests/test_gpu.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from swinkit.cli import main
+from swinkit.measure.phases import PHASES
+from swinkit.model import precision as mp
+from swinkit.precision import check_precision
+from swinkit.run_spec import RunSpec
+
+
+@pytest.fixture(autouse=True)
+def switches_as_they_were():
+    """setup_rank sets this process's TF32/cuDNN switches: put them back after each test."""
+    before = mp._switch_state(torch.backends)
+    yield
+    mp._set_switch_state(torch.backends, before)
+
+
+class OneRank:
+    """What setup_rank reads of swinkit.launch.rank.Rank, for a gloo world of one."""
+    rank, world_size, local_rank = 0, 1, 0
+
+    def heartbeat(self, step, stage="step"):
+        pass
+
+
+def _rank_run(data_root, precision):
+    from swinkit.rank.ddp_setup import setup_rank
+    spec = RunSpec(preset="test", iters=1, warmup=0, workers=0, data_root=str(data_root),
+                   precision=precision)
+    return setup_rank(OneRank(), spec)
+
+
+def _seen_in_one_step(run):
+    """One DDP step: the dtype a backbone attention projection (an nn.Linear) outputs in forward, the dtype of every
+    gradient bucket handed to the all-reduce, and the parameters' dtypes after the step."""
+    from swinkit.rank.ddp import _step
+    linear = next(m for name, m in run.model.backbone.named_modules()
+                  if isinstance(m, nn.Linear) and name.endswith("attn.proj"))
+    forward, buckets = [], []
+    hook = linear.register_forward_hook(lambda m, i, out: forward.append(out.dtype))
+    inner = run.buckets.launcher
+
+    def launcher(bucket, group, record, clock):
+        buckets.append(bucket.buffer().dtype)
+        return inner(bucket, group, record, clock)
+    run.buckets.launcher = launcher
+    try:
+        _step(run, 0)
+    finally:
+        hook.remove()
+    return forward, buckets, {p.dtype for p in run.model.parameters()}
+
+
+@pytest.mark.parametrize("precision, forward_dtype", [("bf16", torch.bfloat16),
+                                                      ("fp32", torch.float32)])
+def test_the_rank_step_autocasts_forward_and_all_reduces_fp32(data_root, one_rank_group,
+                                                              precision, forward_dtype):
+    """bf16: the backbone's linears compute in bf16 (fails if forward ran in fp32); the
+    buckets DDP all-reduces and the weights stay fp32 in both precisions."""
+    run = _rank_run(data_root, precision)
+    assert run.amp.plan.precision.name == precision
+    forward, buckets, params = _seen_in_one_step(run)
+    assert forward and set(forward) == {forward_dtype}
+    assert buckets and set(buckets) == {torch.float32}
+    assert params == {torch.float32}
+    assert torch.isfinite(run.losses[-1])
+
+
+def test_fp16s_loss_scaling_steps_the_rank_through_its_cpu_seam(data_root, one_rank_group):
+    """fp16's GPU branch on the CPU (autocast and GradScaler exist there; swinkit refuses only
+    to measure fp16 on a CPU): forward in fp16, the all-reduced buckets fp32 and scaled (the
+    scaler's 2**16 times the unscaled gradient), the optimizer stepped with them unscaled."""
+    run = _rank_run(data_root, "fp32")
+    before = [p.detach().clone() for p in run.model.parameters()]
+    run.amp = mp.TrainingPrecision(check_precision("fp16", "cuda"), "cpu",
+                                   mp.LossScaling("cpu"), {})
+    assert run.amp.scaling.scaler.get_scale() == 2.0 ** 16
+    forward, buckets, params = _seen_in_one_step(run)
+    assert set(forward) == {torch.float16}
+    assert set(buckets) == {torch.float32} and params == {torch.float32}
+    # finite gradients: the step was taken (weights moved), and the scale kept
+    assert run.amp.scaling.scaler.get_scale() == 2.0 ** 16
+    assert any(not torch.equal(b, p) for b, p in zip(before, run.model.parameters()))
+
+
+def test_ddp_bf16_at_two_ranks_names_it_and_its_phases_add_up(data_root, tmp_path, capsys,
+                                                              no_orphans):
+    out = tmp_path / "r.json"
+    assert main(["ddp", "--preset", "test", "--world-size", "2", "--iters", "3", "--warmup", "1",
+                 "--workers", "0", "--data-root", str(data_root), "--precision", "bf16",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "; precision bf16" in text.splitlines()[0]
+    r = json.loads(out.read_text())
+    assert r["precision"]["precision"] == "bf16" and r["precision"]["autocast"] == "bfloat16"
+    for rank in r["ranks"]:
+        assert rank["precision"]["precision"] == "bf16"
+        assert len(rank["iteration"]) == len(rank["loop_iteration"]) == 3
+        for i, iteration in enumerate(rank["iteration"]):
+            # the phases tile the iteration, and the timeline's iteration is the loop clock's
+            assert sum(rank["phases"][p][i] for p in PHASES) == pytest.approx(iteration)
+            assert iteration == pytest.approx(rank["loop_iteration"][i], abs=0.003, rel=0.02)
+        assert rank["phases"]["forward"][0] > 0 and rank["phases"]["backward"][0] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--precision", "fp16"], "--precision fp16 is refused on CPU"),
+    (["--cfg-options", "precision=amp"], "precision must be one of fp32, tf32, bf16, fp16"),
+    (["--cfg-options", "precision=fp16"], "precision fp16 is refused on CPU"),
+    (["--engine", "fsdp2", "--precision", "bf16"], "precision 'bf16': engine 'fsdp2' runs fp32 only"),
+    (["--engine", "deepspeed", "--precision", "tf32"],
+     "precision 'tf32': engine 'deepspeed' runs fp32 only"),
+    (["--engine", "dp", "--cfg-options", "cudnn_benchmark=true"],
+     "cudnn_benchmark: engine 'dp' does not apply it"),
+])
+def test_a_bad_or_unapplied_precision_is_refused_before_launch(capsys, tmp_path, argv, message):
+    if torch.cuda.is_available():
+        pytest.skip("fp16 runs on CUDA")
+    assert main(["ddp", "--preset", "test", *argv, "--json", str(tmp_path / "r.json")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_unknown_precision_option_is_refused_naming_it(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["ddp", "--preset", "test", "--precision", "amp"])
+    assert exc.value.code == 2
+    assert "--precision: invalid choice: 'amp'" in capsys.readouterr().err
+
+
+def test_the_table_header_names_the_precision():
+    from swinkit.report.ddp_table import ddp_table
+    result = {"preset": "test", "world_size": 2, "backend": "gloo", "device": "cpu",
+              "iterations": 3, "warmup": 1, "iter_s": 1.0, "skew_s": dict.fromkeys(PHASES, 0.0),
+              "phases_s": dict.fromkeys(PHASES, 0.2),
+              "precision": {"label": "tf32 (a no-op on CPU: fp32)"}}
+    assert "; precision tf32 (a no-op on CPU: fp32)" in ddp_table(result).splitlines()[0]
+    del result["precision"]   # a result from before precisions were applied ran fp32
+    assert "; precision fp32" in ddp_table(result).splitlines()[0]
