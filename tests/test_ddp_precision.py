@@ -148,3 +148,50 @@ def test_the_table_header_names_the_precision():
     assert "; precision tf32 (a no-op on CPU: fp32)" in ddp_table(result).splitlines()[0]
     del result["precision"]   # a result from before precisions were applied ran fp32
     assert "; precision fp32" in ddp_table(result).splitlines()[0]
+
+
+# ------------------------------------------------- what-ifs: each remedy reaches the rank
+
+def _remedy_run(data_root, name):
+    """setup_rank for the spec a what-if hands its ranks (remedy applied, validated, resolved
+    as the supervisor resolves it), in this process."""
+    from swinkit.experiments.remedies import CATALOGUE
+    from swinkit.experiments.whatif_run import BASELINE, base_spec
+    from swinkit.rank.ddp_setup import setup_rank
+    remedy = BASELINE if name == "baseline" else CATALOGUE[name]
+    spec = remedy.apply(base_spec("test", 1, 1, 0), preset_workers=0)
+    cfg, _ = spec.validate()
+    crossing = dict(spec.for_ranks(cfg), data_root=str(data_root), workers=0)
+    return setup_rank(OneRank(), RunSpec.from_dict(crossing))
+
+
+def test_each_precision_and_gpu_remedy_reaches_the_rank(data_root, one_rank_group):
+    from swinkit.rank.ddp_readout import applied_remedies
+    base = _remedy_run(data_root, "baseline")
+    assert base.amp.plan.precision.name == "fp32" and not base.amp.switches["cudnn_benchmark"]
+    plain = applied_remedies(base)
+    assert plain["optimizer_param_groups"] > 10   # MMEngine: one group per parameter
+    assert not plain["optimizer_fused"] and not plain["heads_channels_last"]
+
+    assert _remedy_run(data_root, "amp_bf16").amp.dtype == torch.bfloat16
+    tf32 = _remedy_run(data_root, "tf32").amp
+    assert tf32.plan.precision.name == "tf32" and tf32.dtype is None
+    assert tf32.plan.label == "tf32 (a no-op on CPU: fp32)" and tf32.switches["matmul"]
+    assert _remedy_run(data_root, "cudnn_benchmark").amp.switches["cudnn_benchmark"]
+    fused = applied_remedies(_remedy_run(data_root, "fused_adamw"))
+    # the test preset's two kinds of group: with and without weight decay
+    assert fused["optimizer_param_groups"] == 2 and fused["optimizer_fused"]
+    assert applied_remedies(_remedy_run(data_root, "channels_last"))["heads_channels_last"]
+
+
+def test_a_cpu_no_op_remedy_says_so_beside_its_score():
+    from swinkit.experiments.remedies import CATALOGUE, device_note
+    from swinkit.experiments.whatif_run import _note
+    assert "tf32 is a no-op on CPU" in device_note(CATALOGUE["tf32"], "cpu")
+    assert "cudnn_benchmark is a no-op on CPU" in device_note(CATALOGUE["cudnn_benchmark"], "cpu")
+    assert device_note(CATALOGUE["tf32"], "cuda") is None
+    assert device_note(CATALOGUE["amp_bf16"], "cpu") is None
+    assert "no-op" in _note(CATALOGUE["tf32"], {"device": "cpu", "precision": {"note": "x"}})
+    slow = {"device": "cpu", "precision": {"note": "bf16 on this CPU is slow"}}
+    assert _note(CATALOGUE["amp_bf16"], slow) == "bf16 on this CPU is slow"
+    assert _note(CATALOGUE["tf32"], {"device": "cuda:0"}) is None
