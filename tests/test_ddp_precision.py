@@ -195,3 +195,13 @@ def test_a_cpu_no_op_remedy_says_so_beside_its_score():
     slow = {"device": "cpu", "precision": {"note": "bf16 on this CPU is slow"}}
     assert _note(CATALOGUE["amp_bf16"], slow) == "bf16 on this CPU is slow"
     assert _note(CATALOGUE["tf32"], {"device": "cuda:0"}) is None
+
+
+def test_the_what_if_table_prints_a_rows_note():
+    from swinkit.report.text import _what_if
+    row = {"name": "tf32", "world_size": 2, "predicted_iter_s": 0.5, "measured_iter_s": 0.5,
+           "prediction_error": 0.0, "efficiency_before": 0.9, "efficiency_after": 0.9,
+           "holds": None, "noise_floor_s": 0.01, "note": "tf32 is a no-op on CPU (...)"}
+    lines = _what_if({"what_if": [row, dict(row, name="amp_bf16", note=None)]})
+    assert "  note: tf32 at N=2: tf32 is a no-op on CPU (...)" in lines
+    assert not any("amp_bf16 at N=2" in line for line in lines)
