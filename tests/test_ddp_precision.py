@@ -205,3 +205,35 @@ def test_the_what_if_table_prints_a_rows_note():
     lines = _what_if({"what_if": [row, dict(row, name="amp_bf16", note=None)]})
     assert "  note: tf32 at N=2: tf32 is a no-op on CPU (...)" in lines
     assert not any("amp_bf16 at N=2" in line for line in lines)
+
+
+def test_the_lost_time_split_in_two_precisions_side_by_side():
+    """Baseline fp32: forward +0.05 s, exposed_comm +0.15 s from N=1 to 2 (shares 25 %, 75 %);
+    bf16: +0.02 and +0.18 s (10 %, 90 %). The loader must supply 2 images per iteration:
+    2 / 0.70 s = 2.9 images/s in fp32, 2 / 0.45 s = 4.4 in bf16. A non-precision what-if and
+    world size 1 get no entry."""
+    from swinkit.attribution.precision_shift import precision_shift
+    from swinkit.experiments.remedies import CATALOGUE
+    from swinkit.experiments.whatif_run import BASELINE
+    from swinkit.report.precision_lines import shift_lines
+
+    def run(forward, comm, label):
+        return {"phases_s": {"forward": forward, "exposed_comm": comm, "other": 0.1},
+                "per_batch_s": forward + comm + 0.1, "images_per_rank": 2,
+                "precision": {"label": label}}
+    measured = {("baseline", 1): run(0.40, 0.0, "fp32"), ("baseline", 2): run(0.45, 0.15, "fp32"),
+                ("amp_bf16", 1): run(0.15, 0.0, "bf16"), ("amp_bf16", 2): run(0.17, 0.18, "bf16"),
+                ("bucket_1mb", 1): run(0.4, 0.0, "fp32"), ("bucket_1mb", 2): run(0.4, 0.1, "fp32")}
+    plans = [BASELINE, CATALOGUE["amp_bf16"], CATALOGUE["bucket_1mb"]]
+    [shift] = precision_shift(plans, [1, 2], measured)
+    assert (shift["name"], shift["world_size"], shift["precision"]) == ("amp_bf16", 2, "bf16")
+    assert shift["baseline"]["share"]["exposed_comm"] == pytest.approx(0.75)
+    assert shift["remedy"]["share"]["exposed_comm"] == pytest.approx(0.90)
+    assert shift["remedy"]["lost_s"]["forward"] == pytest.approx(0.02)
+    demand = shift["loader_demand_images_per_s"]
+    assert demand["baseline"] == pytest.approx(2 / 0.70) and demand["remedy"] == pytest.approx(2 / 0.45)
+    text = "\n".join(shift_lines([shift]))
+    assert "fp32 vs bf16 (amp_bf16)" in text
+    assert "  exposed_comm      +0.1500 (+75%)            +0.1800 (+90%)" in text.splitlines()
+    assert "  total                    +0.2000                   +0.2000" in text.splitlines()
+    assert "loader demand per rank: 2.9 images/s in fp32, 4.4 in bf16" in text

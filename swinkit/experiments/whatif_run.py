@@ -29,6 +29,7 @@ from swinkit.result_files import write_json_atomic
 from swinkit.runs.component_costs import predict_from, predict_run
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 from swinkit.injection import Injection
+from swinkit.attribution.precision_shift import precision_shift
 from swinkit.experiments.remedies import Remedy, device_note
 from swinkit.runs.sweep import oversubscribe_allowed
 
@@ -112,7 +113,8 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
                                   measured[("baseline", ws)]["per_batch_s"])
                 for ws in world_sizes}
     return {"what_if": rows, "what_if_rank_correlation": correlation,
-            "what_if_baseline_accuracy": baseline}
+            "what_if_baseline_accuracy": baseline,
+            "what_if_precision_shift": precision_shift(plans, world_sizes, measured)}
 
 
 def _note(remedy: Remedy, run: dict) -> str | None:

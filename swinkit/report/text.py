@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from swinkit.attribution.validation import validation_status_line
 from swinkit.report.converge import efficiency_lines
+from swinkit.report.precision_lines import shift_lines
 from swinkit.injection import DELAY_FIELDS
 from swinkit.measure.phases import BLAME_KEYS
 
@@ -202,7 +203,7 @@ def _what_if(r: dict) -> list[str]:
     if corr:
         lines.append("  ranking of remedies, predicted vs measured (Spearman): "
                      + ", ".join(f"N={ws}: {v:+.2f}" for ws, v in corr.items()))
-    return lines
+    return lines + shift_lines(r.get("what_if_precision_shift") or [])
 
 
 def grad_accum_lines(summary: list[dict] | None) -> list[str]:
