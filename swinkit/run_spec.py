@@ -43,7 +43,8 @@ class RunSpec:
         paired: DDP and local optimizer steps alternating in one launch: the run and its
             components measured together (:class:`swinkit.rank.plan.StepPlan`).
         precision: the training precision (None: the preset's; checked against the device
-            before launch). It reaches the ranks; the DDP loop does not apply it yet.
+            before launch). The DDP loop applies it (autocast around forward and loss,
+            fp16's loss scaling; weights, gradients and all-reduce in fp32).
         seed: the weights' and the loader's seed (each rank's augmentation adds its rank).
     """
     preset: str = "test"

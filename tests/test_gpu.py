@@ -7,6 +7,8 @@ test here skips. Each check adds a row to a pass/fail table printed at the end (
 
 What it checks, on world size 1 and on every GPU of the machine where there are several:
 
+* the DDP iteration at one rank in each precision (fp32, tf32, bf16, fp16: autocast, TF32 and
+  fp16's GradScaler applied on CUDA);
 * the instrumented DDP iteration on CUDA with SyncBN kept (the GPU presets' heads): CUDA-event
   phases against one synchronised host clock read per iteration; SyncBN's collectives recorded
   where it synchronises and nowhere at one rank; the event-to-host mapping's error;
@@ -105,6 +107,26 @@ def test_instrumented_ddp_iteration_runs_on_cuda_with_syncbn(data_root, world_si
         # preset's step in two runs on an H100, so 5 % was the edge of the noise
         share = r["blame_s"]["exposed_comm"] / r["iter_s"]
         assert row("N=1 exposed_comm share", f"{100 * share:.2f} %", "< 10 %", share < 0.10)
+
+
+@requires_gpu(1)
+@pytest.mark.parametrize("precision, autocast", [("fp32", None), ("tf32", None),
+                                                 ("bf16", "bfloat16"), ("fp16", "float16")])
+def test_ddp_iteration_at_one_rank_in_each_precision(data_root, precision, autocast):
+    """Each precision's branch of the DDP loop on CUDA (autocast, TF32, fp16's GradScaler):
+    the rank applied it, the loss stayed finite, and the phases still tile the iteration."""
+    r = _ddp(data_root, 1, iters=5, warmup=2, precision=precision)
+    applied = r["precision"]
+    k = r["ranks"][0]
+    tiled = max(abs(sum(k["phases"][p][i] for p in k["phases"]) - it)
+                for i, it in enumerate(k["iteration"]))
+    finite = all(v == v and abs(v) < float("inf") for v in k["loss"])
+    assert row(f"DDP N=1 {precision}", f"{applied['label']}, autocast {applied['autocast']}, "
+               f"TF32 {applied['math_flags']['matmul']}, {r['iter_s'] * 1e3:.1f} ms",
+               f"{precision}, finite loss, phases tile",
+               applied["precision"] == precision and applied["autocast"] == autocast
+               and applied["math_flags"]["matmul"] == (precision in ("tf32", "bf16"))
+               and finite and tiled < 1e-6)
 
 
 @requires_gpu(1)

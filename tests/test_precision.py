@@ -158,12 +158,12 @@ def test_converge_refuses_fp16_naming_the_field():
                      overrides={"precision": "fp16"}).validate()   # a GPU preset: fp16 is valid there
 
 
-def test_ddp_refuses_a_precision_its_loop_does_not_apply_yet(capsys):
-    """Until the DDP loop applies it, a bf16 DDP run would be fp32 under another name."""
-    from swinkit.cli.commands import main
-    assert main(["ddp", "--preset", "test", "--world-size", "1", "--cfg-options",
-                 "precision=bf16"]) == 2
-    assert "not yet by the DDP and engine loops" in capsys.readouterr().err
+def test_the_ddp_loop_applies_every_precision_and_the_other_engines_fp32_only():
+    """What each engine's rank applies (tests/test_ddp_precision.py runs DDP's in bf16)."""
+    from swinkit.precision import PRECISIONS
+    from swinkit.runs.engine_records import ENGINES
+    assert {name: e.precisions for name, e in ENGINES.items()} == {
+        name: tuple(PRECISIONS) if name == "ddp" else ("fp32",) for name in ENGINES}
 
 
 def test_the_thesis_projection_in_fp32_is_the_stated_one():

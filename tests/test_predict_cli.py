@@ -361,3 +361,33 @@ def test_the_limit_on_cpu_is_said_under_a_cpu_prediction_only():
     for backend, said in (("gloo", True), ("nccl", False)):
         stored["launches"][0]["basis"]["probe"] = {"backend": backend}
         assert (f"limit: {CPU_LIMIT}" in held_out_lines(stored)) is said, backend
+
+
+def test_thesis_projection_per_precision(tmp_path, capsys):
+    """In bf16 at MFU 0.4 an A100's iteration is 14.4 TFLOP / (0.4 x 312 TFLOP/s) = 115.4 ms
+    (0.738 s in fp32 at 0.5 x 19.5); the V100 has no bf16 math and is left out, saying so."""
+    from swinkit.cli.commands import main
+    out = tmp_path / "p.json"
+    assert main(["predict", "--preset", "thesis", "--predict", "1,2", "--precision", "bf16",
+                 "--mfu", "0.4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "thesis projection in bf16 at MFU 0.4" in text
+    assert "CRC V100 (PCIe): left out: a V100 has no bf16 math" in text
+    data = json.loads(out.read_text())
+    assert set(data["projection"]) == {"CRC A100 (PCIe)", "CRC A100_NVLINK"}
+    assert data["projection"]["CRC A100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.4 * 312))
+    assert main(["predict", "--preset", "thesis", "--predict", "1", "--json", str(out)]) == 0
+    fp32 = json.loads(out.read_text())["projection"]
+    assert fp32["CRC A100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.5 * 19.5))
+    assert fp32["CRC V100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.5 * 15.7))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "thesis", "--predict", "2", "--mfu", "1.5"], "--mfu must be in (0, 1]"),
+    (["--stored", "x.json", "--predict", "2", "--precision", "bf16"],
+     "--precision and --mfu set the thesis projection's device compute"),
+])
+def test_projection_precision_options_are_checked(capsys, argv, message):
+    from swinkit.cli.commands import main
+    assert main(["predict", *argv]) == 2
+    assert message in capsys.readouterr().err

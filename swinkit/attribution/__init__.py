@@ -15,6 +15,7 @@
     oracle.py       the iteration replayed from its components, rank by rank
     overlap.py      backward and the all-reduces overlapping, with their contention
     whatif.py       a remedy's prediction held to its run
+    precision_shift.py  the lost time's split in a precision what-if beside the baseline's
     traffic.py      bytes moved per iteration by engine (DDP buckets, ZeRO, DataParallel)
     analysis.py     the report as data: everything above for one set of inputs
     validation.py   the ground-truth matrix scored: blame against injected causes

@@ -59,7 +59,8 @@ def analyse(inputs: Inputs, against: Inputs | None = None) -> dict:
     demand = {ws: i.images_per_rank / (i.forward_backward_s + i.optimizer_s)
               for ws, i in inputs.isolated.items()}
     report = {
-        **{k: inputs.meta.get(k) for k in ("commit", "machine", "preset", "backend", "source")},
+        **{k: inputs.meta.get(k) for k in ("commit", "machine", "preset", "backend", "source",
+                                           "precision")},
         "injection": inputs.meta.get("injection"),
         "scaling": inputs.meta.get("scaling", "weak"),
         "scaling_formulas": SCALING_FORMULAS[inputs.meta.get("scaling", "weak")],

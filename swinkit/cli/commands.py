@@ -24,6 +24,7 @@ Examples:
     python -m swinkit verify-data --data-root /data/ADEChallengeData2016
     python -m swinkit ddp --preset test --world-size 2 --json r.json
     python -m swinkit ddp --preset test --world-size 2 --inject compute_ms=20,ranks=1
+    python -m swinkit ddp --preset test --world-size 2 --precision bf16
     python -m swinkit validate --preset test --world-sizes 1,2
     python -m swinkit scorecard --preset test --launches 5
     python -m swinkit converge --preset test --world-sizes 1,2 --batches 2,4 --lr-rule linear,none
@@ -152,6 +153,10 @@ def _add_ddp_parser(sub) -> None:
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step (default 1)")
     p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
+    p.add_argument("--precision", choices=PRECISION_NAMES,
+                   help="training precision (default: the preset's, fp32): autocast around "
+                        "forward and loss, fp32 weights, gradients and all-reduce "
+                        "(docs/precision.md); engines other than ddp refuse all but fp32")
 
 
 def _config(args):
@@ -162,16 +167,6 @@ def _config(args):
     if getattr(args, "precision", None):
         overrides["precision"] = args.precision
     return load_config(args.preset, args.data_root, overrides, device=device)
-
-
-def _refuse_unapplied_precision(args) -> None:
-    """The DDP and engine loops do not apply a precision yet (docs/precision.md): a run asked
-    for one would be an fp32 run labelled otherwise."""
-    options = dict(args.cfg_options)
-    if options.get("precision", "fp32") != "fp32" or options.get("cudnn_benchmark"):
-        raise ValueError("precision and cudnn_benchmark are applied by swinkit train and the "
-                         "forward/backward component, not yet by the DDP and engine loops; "
-                         "this run would be fp32 (docs/precision.md)")
 
 
 def _describe(args) -> int:
@@ -216,7 +211,6 @@ def _verify_data(args) -> int:
 
 
 def _ddp(args) -> int:
-    _refuse_unapplied_precision(args)
     if args.engine is not None or args.zero is not None or args.grad_accum != 1 or args.figure:
         from swinkit.cli.engines import engine_command
         args.engine = args.engine or DEFAULT_ENGINE

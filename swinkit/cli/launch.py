@@ -40,22 +40,33 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 def run_spec(args):
     """The :class:`~swinkit.runs.ddp_run.DDPRunSpec` the ``ddp`` options describe
-    (``--world-size``: ranks per node, the spec's ``nproc_per_node``)."""
+    (``--world-size``: ranks per node, the spec's ``nproc_per_node``; ``--precision``: the
+    preset's ``precision`` override, checked against the backend's device here)."""
     from swinkit.input_checks import check_int
     from swinkit.launch import LaunchConfig
     from swinkit.runs.ddp_run import DDPRunSpec
     from swinkit.injection import parse_injections
     check_int("--world-size", args.world_size)  # named as the user gave it
+    overrides = dict(args.cfg_options)
+    if getattr(args, "precision", None):
+        overrides["precision"] = args.precision   # the preset knob, as swinkit train sets it
     launch = LaunchConfig(
         nnodes=args.nnodes, node_rank=args.node_rank,
         rdzv_endpoint=args.rdzv_endpoint, local_addr=args.local_addr, backend=args.backend,
         pg_timeout_s=args.pg_timeout, join_timeout_s=args.join_timeout, wall_timeout_s=args.timeout,
         threads_per_rank=args.threads_per_rank, allow_oversubscribe=args.oversubscribe)
-    return DDPRunSpec(preset=args.preset, nproc_per_node=args.world_size, iters=args.iters,
+    spec = DDPRunSpec(preset=args.preset, nproc_per_node=args.world_size, iters=args.iters,
                       warmup=args.warmup, workers=args.workers,
                       injection=parse_injections(args.inject), data_root=args.data_root,
-                      overrides=dict(args.cfg_options), trace_dir=args.trace, bare=args.bare,
+                      overrides=overrides, trace_dir=args.trace, bare=args.bare,
                       launch=launch, ddp_timers=args.ddp_timers)
+    if getattr(args, "precision", None):
+        # before any launch, named as the user gave it: unknown, or fp16 on the CPU the
+        # backend decides (gloo ranks run on CPU)
+        from swinkit.precision import check_precision
+        device = "cuda" if launch.resolved_backend() == "nccl" else "cpu"
+        check_precision(args.precision, device, field="--precision")
+    return spec
 
 
 def launch_and_report(args, label: str, run: Callable[[], dict | None],

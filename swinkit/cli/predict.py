@@ -12,6 +12,7 @@ Four sources, one command:
                               # the link timed across 2 simulated nodes on this host
     python -m swinkit predict --predict 4,8 --nodes 2   # from what asv's bench_predict kept
     python -m swinkit predict --preset thesis --predict 1,2,4,8   # the thesis, projected
+    python -m swinkit predict --preset thesis --predict 1,2,4,8 --precision bf16 --mfu 0.4
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ import argparse
 
 from swinkit.cli import options
 from swinkit.cli.exit_codes import EXIT_OK, describe
+from swinkit.precision import PRECISIONS
+
+PRECISION_NAMES = tuple(PRECISIONS)
 
 
 def add_parser(sub) -> None:
@@ -64,6 +68,13 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                         "stored run's size each")
     p.add_argument("--device-iter-s", type=float,
                    help="thesis projection: one device's iteration alone (default: stated)")
+    p.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
+                   help="thesis projection: each device's compute in this precision, FLOPs / "
+                        "(MFU x its stated peak of the precision); a system without such math "
+                        "is left out, with the reason (default fp32; docs/precision.md)")
+    p.add_argument("--mfu", type=float,
+                   help="thesis projection: the model FLOP utilisation in --precision (e.g. "
+                        "a forward/backward component's measured one; default: 0.5, stated)")
 
 
 def check(args) -> None:
@@ -71,6 +82,11 @@ def check(args) -> None:
     if args.in_launch:
         from swinkit.predict.supervisor.held_out import IN_LAUNCH_REMOVED
         raise ValueError(IN_LAUNCH_REMOVED)
+    projecting = args.preset == "thesis" and args.predict and not (args.stored or args.run)
+    if not projecting and (args.precision != "fp32" or args.mfu is not None):
+        # a run's or a stored prediction's precision is the one its ranks applied
+        raise ValueError("--precision and --mfu set the thesis projection's device compute "
+                         "(--preset thesis --predict N, without --run or --stored)")
     if args.scaling == "strong":
         raise ValueError("--scaling strong: a prediction of world sizes not run assumes weak "
                          "scaling (each rank's work as in the run it is predicted from); use "
@@ -156,9 +172,19 @@ def _projection(args) -> tuple[dict, list[str]]:
     """The thesis's systems projected from stated figures (--link, --device-iter-s replace them)."""
     from dataclasses import replace
 
-    from swinkit.predict.numbers.links import THESIS_DEVICES, thesis_projection
+    from swinkit.predict.numbers.device_compute import STATED_MFU, thesis_devices
+    from swinkit.predict.numbers.links import thesis_projection
     from swinkit.predict.report.text import projection_lines
+    mfu = STATED_MFU if args.mfu is None else args.mfu
+    if not 0 < mfu <= 1:
+        raise ValueError(f"--mfu must be in (0, 1], got {mfu!r}")
+    stated, left_out = thesis_devices(args.precision, mfu)
     devices = {k: replace(d, link=args.link or d.link, iter_s=args.device_iter_s or d.iter_s)
-               for k, d in THESIS_DEVICES.items()}
+               for k, d in stated.items()}
     proj = thesis_projection(devices, sorted(set(args.predict) | {1}))
-    return {"projection": proj, "predicted": True}, projection_lines(proj)
+    lines = [f"thesis projection in {args.precision} at MFU {mfu:g}"
+             + (" (device iteration given)" if args.device_iter_s else "")]
+    lines += projection_lines(proj)
+    lines += [f"  {key}: left out: {why}" for key, why in left_out.items()]
+    return {"projection": proj, "precision": args.precision, "mfu": mfu,
+            "left_out": left_out, "predicted": True}, lines

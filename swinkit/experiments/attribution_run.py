@@ -50,7 +50,8 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
             runs[ws].append(run)
             predictions[ws].append(predict_from(run["local_run"], spec))
     measured = {ws: _measured(ws, rs) for ws, rs in runs.items()}
-    extra = {ws: {"backend": rs[0]["backend"], "device": rs[0]["device"]} for ws, rs in runs.items()}
+    extra = {ws: {"backend": rs[0]["backend"], "device": rs[0]["device"],
+                  "precision": rs[0].get("precision")} for ws, rs in runs.items()}
     predicted = {ws: _median_prediction(ps) for ws, ps in predictions.items()}
     isolated = {}
     for ws in world_sizes:
@@ -68,8 +69,10 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
             statistics.median(s["images_per_s"] for s in supply), sum(pred["bucket_comm_s"]),
             sizes[-1] / sum(sizes) if sizes else 0.0)
     backend = extra[min(extra)]["backend"] if extra else None
+    # the precision the ranks applied, as they labelled it (tf32 on a CPU: a no-op)
+    precision = (extra[min(extra)].get("precision") or {}).get("label") if extra else None
     meta = {"commit": None, "machine": None, "source": "run", "preset": preset,
-            "backend": backend, "injection": injection.to_dict(), "notes": notes,
+            "backend": backend, "precision": precision, "injection": injection.to_dict(), "notes": notes,
             "repeats": repeats, "scaling": scaling}
     return Inputs(measured, isolated, predicted=predicted, meta=meta, extra=extra)
 

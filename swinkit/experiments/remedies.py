@@ -1,8 +1,11 @@
 """What-ifs: remedies for poor scaling, each a named configuration swinkit can run.
 
-A remedy changes DDP's options, the loader or the launch, and nothing else; applied to a
-:class:`~swinkit.runs.ddp_run.DDPRunSpec` it gives the spec of the run with the change.
-Torch-free, so the catalogue can be listed and validated before anything starts.
+A remedy changes DDP's options, the loader, the launch, or the training precision and the
+cheap GPU remedies beside it (preset knobs the DDP rank applies: ``precision``,
+``channels_last_heads``, ``fused_adamw``, ``cudnn_benchmark``; docs/precision.md), and nothing
+else; applied to a :class:`~swinkit.runs.ddp_run.DDPRunSpec` it gives the spec of the run with
+the change. Torch-free, so the catalogue can be listed and validated before anything starts.
+A remedy that changes nothing on a CPU says so (:func:`device_note`), beside its score.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ class Remedy:
     name: str
     what: str                          # one line: what it changes
     ddp: dict = field(default_factory=dict)       # DDPOptions fields
-    config: dict = field(default_factory=dict)    # preset overrides (loader)
+    config: dict = field(default_factory=dict)    # preset overrides (loader, precision, ...)
     extra_workers: int = 0             # loader workers per rank added to the preset's
     extra_threads: int = 0             # compute threads per rank added to the launch's
 
@@ -82,7 +85,39 @@ CATALOGUE = {r.name: r for r in (
            "endless loader never restarts its workers)",
            config={"pin_memory": True, "non_blocking_copy": True, "persistent_workers": True}),
     Remedy("threads_plus1", "one more compute thread per rank", extra_threads=1),
+    Remedy("amp_bf16", "bf16 autocast around forward and loss (TF32 on beside it): weights, "
+           "gradients and all-reduce stay fp32", config={"precision": "bf16"}),
+    Remedy("tf32", "TF32 for fp32 matmuls and cuDNN convolutions (a no-op on CPU)",
+           config={"precision": "tf32"}),
+    Remedy("channels_last", "the decode and auxiliary heads' convolutions in channels_last "
+           "(NHWC)", config={"channels_last_heads": True}),
+    Remedy("fused_adamw", "one fused AdamW over the parameter groups merged (MMEngine makes "
+           "one group per parameter)", config={"fused_adamw": True}),
+    Remedy("cudnn_benchmark", "cuDNN's autotuner picks each convolution's algorithm (a no-op "
+           "on CPU)", config={"cudnn_benchmark": True}),
 )}
+
+# what each of these knobs does on a CPU, where it changes nothing (keyed (knob, value))
+CPU_NO_OPS = {
+    ("precision", "tf32"): "tf32 is a no-op on CPU (CPUs have no TF32): the run is fp32 math, "
+                           "so any change is noise",
+    ("cudnn_benchmark", True): "cudnn_benchmark is a no-op on CPU (cuDNN runs on GPUs only), "
+                               "so any change is noise",
+}
+
+
+def device_note(remedy: Remedy, device_type: str) -> str | None:
+    """What the report says beside ``remedy``'s score where the device makes it a no-op.
+
+    >>> device_note(CATALOGUE["tf32"], "cpu")[:24]
+    'tf32 is a no-op on CPU ('
+    >>> device_note(CATALOGUE["tf32"], "cuda") is None
+    True
+    """
+    if device_type != "cpu":
+        return None
+    notes = [CPU_NO_OPS[k] for k in remedy.config.items() if k in CPU_NO_OPS]
+    return "; ".join(notes) or None
 
 # What `asv run` tracks by default (the rest with SWINKIT_WHATIF=all): one of each kind of change.
 DEFAULT = ("bucket_1mb", "bf16_hook", "accum_2", "no_buffer_broadcast", "bucket_view",

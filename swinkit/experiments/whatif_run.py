@@ -1,7 +1,8 @@
 """Predict, then run: each remedy's iteration from its components, then the remedy itself.
 
 For every remedy and world size, first the components are measured under the remedy's
-configuration and co-location (:mod:`swinkit.rank.components`: the training loop with
+configuration (its precision too: the component ranks apply it as the DDP ones do, so a
+precision what-if is predicted from components measured in that precision) and co-location (:mod:`swinkit.rank.components`: the training loop with
 nothing communicated, then the collectives the remedy would send) and the oracle
 (:mod:`swinkit.attribution.oracle`) predicts the iteration. Every prediction is made, and
 written, before any remedy's DDP run starts; then the runs measure what the remedies really do.
@@ -28,7 +29,8 @@ from swinkit.result_files import write_json_atomic
 from swinkit.runs.component_costs import predict_from, predict_run
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
 from swinkit.injection import Injection
-from swinkit.experiments.remedies import Remedy
+from swinkit.attribution.precision_shift import precision_shift
+from swinkit.experiments.remedies import Remedy, device_note
 from swinkit.runs.sweep import oversubscribe_allowed
 
 BASELINE = Remedy("baseline", "the preset as it is")
@@ -99,6 +101,9 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
                 predicted_phases=pred["components_s"], measured_phases=run.get("phases_s", {}),
                 in_launch_predicted_iter_s=run.get("in_launch_predicted_iter_s"),
                 components_shift=_shift(pred.get("local_iter_s"), run.get("in_launch_local_iter_s"))))
+            rows[-1].update(components_precision=pred.get("precision"),
+                            precision=(run.get("precision") or {}).get("label"),
+                            note=_note(remedy, run))
     correlation = {}
     for ws in world_sizes:
         these = [r for r in rows if r["world_size"] == ws]
@@ -108,7 +113,16 @@ def assemble(plans, world_sizes, predictions: dict, measured: dict) -> dict:
                                   measured[("baseline", ws)]["per_batch_s"])
                 for ws in world_sizes}
     return {"what_if": rows, "what_if_rank_correlation": correlation,
-            "what_if_baseline_accuracy": baseline}
+            "what_if_baseline_accuracy": baseline,
+            "what_if_precision_shift": precision_shift(plans, world_sizes, measured)}
+
+
+def _note(remedy: Remedy, run: dict) -> str | None:
+    """What the score stands for on this device: a remedy that is a no-op here (tf32 on a
+    CPU) says so; else the note of the precision the run applied (bf16 emulated on a CPU
+    without bf16 instructions), if any."""
+    device = str(run.get("device", "cpu")).split(":")[0]
+    return device_note(remedy, device) or (run.get("precision") or {}).get("note")
 
 
 def _shift(predicted_launch_s: float | None, run_launch_s: float | None) -> float | None:

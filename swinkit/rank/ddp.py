@@ -3,11 +3,15 @@
 Each iteration, in the order it runs (phases in :mod:`swinkit.measure.phases`)::
 
     batch = next(loader); data = preprocessor(batch)      -> data_wait
-    loss = DDP(model)(data)                                -> forward   (buffer broadcast inside)
-    loss.backward()                                        -> backward until the last bucket is
+    with autocast: loss = DDP(model)(data)                 -> forward   (buffer broadcast inside)
+    scaling.backward(loss)                                 -> backward until the last bucket is
                                                               ready, then exposed_comm
-    optimizer.step(); optimizer.zero_grad()                -> optimizer
+    scaling.step(optimizer); optimizer.zero_grad()         -> optimizer
     LR schedulers, heartbeat                               -> other
+
+The precision is the spec's (:mod:`swinkit.model.precision`, set up by
+:func:`~swinkit.rank.ddp_setup.setup_rank`): autocast around forward and loss only, fp16's
+GradScaler in backward and step, every weight, gradient and all-reduce in fp32.
 
 Every boundary and every collective goes on this rank's :class:`~swinkit.measure.timeline.Timeline`
 (CUDA events on GPU, read after the run; perf_counter on CPU), so the ranks' timelines can be
@@ -121,18 +125,26 @@ def _step(run: RankRun, it: int) -> None:
         # a local step meets where DDP's buffer broadcast would hold the ranks
         arrival = meet(tl) if meet else tl.current.marks[-1][1]
         run.buffers and run.buffers.start(arrival)  # arrival at the buffer broadcast
+    amp = run.amp
     with contextlib.nullcontext() if sync else run.ddp.no_sync():
-        loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
+        # autocast around forward and loss only: the weights, their gradients and DDP's
+        # all-reduce of them stay fp32 (autocast casts copies of the weights in the graph)
+        with amp.autocast():
+            loss, _ = run.model.parse_losses(run.ddp(**data, mode="loss"))
         tl.mark("forward")
         if run.buckets:
             run.buckets.reset()
-        loss.backward()
+        amp.scaling.backward(loss)  # fp16: the loss scaled first
     if sync and meet:  # and where DDP's last gradient all-reduce would
         meet(tl)
     if tl.enabled:
         ddp_hooks.record_grad_sync(tl, run.buckets)
     if sync:
-        run.optim.step()
+        # torch's GradScaler around MMEngine's OptimWrapper, not its AmpOptimWrapper: that
+        # asserts a CUDA (or NPU, MLU, MUSA) device at construction, so it cannot run the CPU
+        # ranks, and scales the loss in bf16 too (swinkit.model.precision)
+        amp.scaling.step(run.optim)  # fp16: unscaled, checked for inf/NaN, skipped if any
+        amp.scaling.update()
         run.optim.zero_grad()
     tl.mark("optimizer")
     if sync:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import torch
+
 from swinkit.measure import ddp_hooks
 from swinkit.measure.timeline import phase_durations
 from swinkit.rank.ddp_setup import RankRun
@@ -55,6 +57,21 @@ def read_out(run: RankRun, rank, plan: StepPlan, starts: list[float], clocks: di
     return result
 
 
+def applied_remedies(run: RankRun) -> dict:
+    """What the cheap GPU remedies left on this rank's model and optimizer (the preset knobs
+    ``fused_adamw`` and ``channels_last_heads``), read off the objects, not the config: the
+    optimizer's parameter groups and kernel, and whether the heads' convolutions are NHWC."""
+    # the torch optimizer's groups: MMEngine's wrapper lists one more (its base settings)
+    groups = getattr(run.optim, "optimizer", run.optim).param_groups
+    heads = [p for name in ("decode_head", "auxiliary_head")
+             for p in getattr(getattr(run.model, name, None), "parameters", list)()
+             if p.dim() == 4]
+    return {"optimizer_param_groups": len(groups),
+            "optimizer_fused": bool(groups and groups[0].get("fused")),
+            "heads_channels_last": bool(heads) and all(
+                p.is_contiguous(memory_format=torch.channels_last) for p in heads)}
+
+
 def _result(run: RankRun, rank, positions: list[int], warmup: int, starts: list[float],
             clocks: dict, usage: Usage) -> dict:
     """The results of the steps at ``positions`` (the first ``warmup`` of them are the
@@ -74,6 +91,9 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, starts: list[
         "clock": {k: v for k, v in clocks.items() if k != "applied"},
         "sync_bn_channels": [m.num_features for m in sync_batch_norms(run.model)],
         "injected": [run.injected[n] for n in kept],
+        # what the loop applied: name, label (a CPU's no-op tf32 says so), TF32/cuDNN switches
+        "precision": run.amp.to_dict() if run.amp else None,
+        "remedies": applied_remedies(run),
     }
     # One clock read per iteration at the top of the loop: the bare loop's only measurement, and
     # an independent check of the timeline's iteration times (a step cut short at a line-up

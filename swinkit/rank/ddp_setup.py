@@ -1,6 +1,7 @@
-"""What one DDP rank builds before its loop (:func:`setup_rank`): the model under DDP with
-swinkit's comm hook, the injections, the timeline and its recorders, the optimizer, the loader;
-held in a :class:`RankRun` that the loop (:mod:`swinkit.rank.ddp`) steps through.
+"""What one DDP rank builds before its loop (:func:`setup_rank`): the training precision, the
+model under DDP with swinkit's comm hook, the injections, the timeline and its recorders, the
+optimizer, the loader; held in a :class:`RankRun` that the loop (:mod:`swinkit.rank.ddp`) steps
+through.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from swinkit.measure import ddp_hooks, memory, sync_bn
 from swinkit.measure.clocks import make_clock
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.timeline import Timeline
+from swinkit.model.precision import TrainingPrecision, training_precision
 from swinkit.model.segmentor import build_optimizer, build_segmentor
+from swinkit.precision import DEFAULT as DEFAULT_PRECISION
 from swinkit.ddp_options import DDPOptions
 from swinkit.rank.devices import rank_device
 from swinkit.rank.inject import comm_launcher, install
@@ -63,6 +66,9 @@ class RankRun:
     # injections that measure what they inject ("compute" (the forward), "backward",
     # "optimizer", "comm"), read after the run
     delays: dict = field(default_factory=dict)
+    # the training precision (set by setup_rank): autocast around forward and loss, fp16's
+    # loss scaling in backward and step
+    amp: TrainingPrecision | None = None
 
 
 def setup_rank(rank, spec: RunSpec) -> RankRun:
@@ -76,6 +82,10 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
     dev = rank_device(dist.get_backend(), rank.local_rank)
     cfg = load_config(spec.preset, spec.data_root, spec.overrides, device=dev.type)
     cuda, options, bare = dev.type == "cuda", spec.ddp, spec.bare
+    # before the model exists: TF32 and cuDNN's switches are the process's (checked against
+    # this rank's device; the supervisor checked the name and fp16 on CPU before launch)
+    amp = training_precision(spec.precision or cfg.get("precision", DEFAULT_PRECISION), dev,
+                             cudnn_benchmark=bool(cfg.get("cudnn_benchmark", False)))
     injection = spec.injection.for_rank(rank.rank)  # each --inject spec keeps its own ranks
     install("pipeline", cfg, injection, rank.rank, cuda)  # each kind's hook: inject.HOOKS
     # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
@@ -129,7 +139,7 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
                    buckets, buffers, stats, options=options, injection=injection, switch=switch,
                    memory_baseline=memory_baseline,
                    nvml=NvmlSampler(rank.local_rank) if cuda else None, meet=meet,
-                   control=dist.new_group(backend="gloo"), delays=delays)
+                   control=dist.new_group(backend="gloo"), delays=delays, amp=amp)
 
 
 def _paired_switch(ddp, model, launcher, singleton, options: DDPOptions, dev) -> Switch:

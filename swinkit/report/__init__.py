@@ -10,5 +10,6 @@
     engine_compare.py  engines side by side: one table, one figure
     validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
     converge.py     steps to a held-out target, efficiency in steps and time, goodput
+    precision_lines.py  the lost time's split in two precisions side by side, loader demand
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
 """

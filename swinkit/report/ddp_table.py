@@ -10,6 +10,7 @@ def ddp_table(result: dict) -> str:
     lines = [f"DDP iteration: preset {result['preset']}, world size {result['world_size']} "
              f"({result['backend']}, {result['device']}), {result['iterations']} measured "
              f"iterations after {result['warmup']} warm-up"
+             + f"; precision {_precision(result)}"
              + (f"; injected {result['injection_text']}" if result.get("injection_text") else ""),
              f"{'':<14}{'where time went':>24}  {'why (blame)':>20}",
              f"{'component':<14}{'phase s':>10}{'% iter':>8}{'skew s':>8}  {'blame s':>10}{'% iter':>8}"]
@@ -33,6 +34,12 @@ def ddp_table(result: dict) -> str:
         lines.append(f"clocks: {len(set(clock['hosts']))} hosts, offsets from rank 0 applied "
                      f"(error bound {clock['offset_error_s'] * 1e3:.3f} ms)")
     return "\n".join(lines)
+
+
+def _precision(result: dict) -> str:
+    """The precision's label (``bf16``, ``tf32 (a no-op on CPU: fp32)``); a result from before
+    precisions were applied ran fp32."""
+    return (result.get("precision") or {}).get("label") or "fp32"
 
 
 def _waits(result: dict) -> list[str]:

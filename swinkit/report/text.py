@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from swinkit.attribution.validation import validation_status_line
 from swinkit.report.converge import efficiency_lines
+from swinkit.report.precision_lines import shift_lines
 from swinkit.injection import DELAY_FIELDS
 from swinkit.measure.phases import BLAME_KEYS
 
@@ -74,7 +75,8 @@ def prediction_lines(r: dict) -> list[str]:
 def text_report(r: dict) -> str:
     # Long: the report top to bottom, one section after another in the order it prints.
     lines = [f"swinkit attribution — preset {r.get('preset')}, backend {r.get('backend')}, "
-             f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
+             + (f"precision {r['precision']}, " if r.get("precision") else "")
+             + f"source {r.get('source')}" + (f", commit {r['commit'][:8]}" if r.get("commit") else "")]
     injected = injection_text(r.get("injection"))
     if injected:
         lines.append(f"injected costs: {injected}")
@@ -192,6 +194,8 @@ def _what_if(r: dict) -> list[str]:
                      f"{_f(row.get('in_launch_prediction_error'), '{:+.1%}'):>8}"
                      f"{_f(row['efficiency_before'], '{:.2f}'):>10}"
                      f"{_f(row['efficiency_after'], '{:.2f}'):>9}  {verdict}")
+    lines += [f"  note: {row['name']} at N={row['world_size']}: {row['note']}"
+              for row in rows if row.get("note")]
     if any(row.get("in_launch_prediction_error") is not None for row in rows):
         lines.append("  own: the error of the prediction from the components the run's own "
                      "launch measured beside its DDP steps (written after, never shown them)")
@@ -199,7 +203,7 @@ def _what_if(r: dict) -> list[str]:
     if corr:
         lines.append("  ranking of remedies, predicted vs measured (Spearman): "
                      + ", ".join(f"N={ws}: {v:+.2f}" for ws, v in corr.items()))
-    return lines
+    return lines + shift_lines(r.get("what_if_precision_shift") or [])
 
 
 def grad_accum_lines(summary: list[dict] | None) -> list[str]:

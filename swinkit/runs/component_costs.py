@@ -90,7 +90,9 @@ def predict_from(comp: dict, spec) -> dict:
                 broadcast_s=comp["ranks"][0]["comm"]["broadcast_s"],
                 contention=contention_rates(comp["ranks"]),
                 loader_workers=comp["loader_workers"], images_per_rank=comp["images_per_rank"],
-                bucket_sizes_bytes=comp["bucket_sizes_bytes"])
+                bucket_sizes_bytes=comp["bucket_sizes_bytes"],
+                # the precision the components ran in: the spec's (its rank applied it)
+                precision=(comp.get("precision") or {}).get("label"))
     return pred
 
 

@@ -99,6 +99,8 @@ def run_ddp(spec: DDPRunSpec, quiet: bool = True, run_dir=None, progress=print) 
         "images_per_rank": cfg.images_per_rank, "crop_size": list(cfg.crop_size),
         "bucket_sizes_bytes": ranks[0]["bucket_sizes_bytes"],
         "ddp_options": spec.ddp.changed(), "local": spec.local,
+        # the precision the ranks applied, as rank 0 labelled it (all apply the spec's)
+        "precision": ranks[0].get("precision"),
         "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
         "environment": environment(),
         "wall_s": run.wall_s, "ranks": ranks,

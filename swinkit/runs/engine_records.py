@@ -11,8 +11,9 @@ rank module (on :mod:`swinkit.rank.skeleton`'s loop) and one record here.
 Keys are the comparison's and asv's names (``ddp``, ``zero1``, ``dp_vanilla``, ...): each names an
 engine with some of its options fixed (``zero1``: DeepSpeed with ``zero=1``).
 
-``precisions`` is what each engine's rank applies today: fp32 everywhere; an engine that learns
-bf16 lists it and its rank reads ``cfg.precision`` from the overrides it already receives.
+``precisions`` is what each engine's rank applies today: every precision in DDP's loop (which
+applies ``cudnn_benchmark`` with it), fp32 in the others; an engine that learns bf16 lists it
+and its rank reads ``cfg.precision`` from the overrides it already receives.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from swinkit.attribution import traffic
+from swinkit.precision import PRECISIONS
 from swinkit.rank.devices import EngineUnavailable, check_dp_devices, find_fully_shard
 
 SHAPES = {
@@ -156,7 +158,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
         name="ddp", what="torch DistributedDataParallel, swinkit's instrumented loop",
         entry="swinkit.rank.ddp:ddp_rank", shape="ddp_run", keys={"ddp": {}},
         compared=("ddp",), run_features=RUN_FEATURES, micro_batch_iterations=True,
-        table_title="DDP",
+        table_title="DDP", precisions=tuple(PRECISIONS),
         traffic_model=_ddp_model,
         instrumentation={
             "phases": "swinkit timeline (DDP comm hook marks the last bucket ready)",

@@ -93,10 +93,16 @@ class EngineSpec:
                       if "inject" in unsupported else "")  # the field(s) refused
             raise ValueError(f"{', '.join(unsupported)} supported with engine "
                              f"{', '.join(takers)} only (engine {self.engine!r}{detail})")
-        precision = dict(self.run.overrides).get("precision", "fp32")
+        overrides = dict(self.run.overrides)
+        precision = self.run.precision or overrides.get("precision", "fp32")
         if precision not in rec.precisions:
             raise ValueError(f"precision {precision!r}: engine {self.engine!r} runs "
                              f"{', '.join(rec.precisions)} only (docs/precision.md)")
+        # cudnn_benchmark is set with the precision (swinkit.model.precision): an engine whose
+        # rank applies fp32 alone never sets it
+        if overrides.get("cudnn_benchmark") and rec.precisions == ("fp32",):
+            raise ValueError(f"cudnn_benchmark: engine {self.engine!r} does not apply it (its "
+                             "rank applies no precision; docs/precision.md)")
 
     def ddp_spec(self):
         """The DDP run spec. With ``grad_accum`` K, DDP's loop counts micro-batches as
