@@ -45,11 +45,14 @@ def noop(rank):
 '''
 
 SUPERVISOR = '''
-import json, sys, time
+import dataclasses, json, sys, time
 from swinkit.launch import LaunchConfig, launch
 world = int(sys.argv[1])
+# ranks per node were "world_size" before they were "nproc_per_node": older checkouts too
+names = {f.name for f in dataclasses.fields(LaunchConfig)}
+ranks = {"nproc_per_node" if "nproc_per_node" in names else "world_size": world}
 called = time.time()
-run = launch("swinkit_launch_probe:noop", {}, LaunchConfig(nproc_per_node=world, backend="gloo",
+run = launch("swinkit_launch_probe:noop", {}, LaunchConfig(**ranks, backend="gloo",
              allow_oversubscribe=True), quiet=True)
 print(json.dumps({"called": called, "returned": time.time(), "ranks": run.result["ranks"]}))
 '''
