@@ -42,23 +42,26 @@ def _rank_run(data_root, precision):
 
 
 def _seen_in_one_step(run):
-    """One DDP step: the dtype a backbone attention projection (an nn.Linear) outputs in forward, the dtype of every
-    gradient bucket handed to the all-reduce, and the parameters' dtypes after the step."""
+    """One DDP step: the dtype a backbone attention projection (an nn.Linear) outputs in
+    forward, the dtype of every gradient tensor DDP's comm hook hands the all-reduce (a
+    compression hook would show there), and the parameters' dtypes after the step."""
+    from swinkit.measure import ddp_hooks
     from swinkit.rank.ddp import _step
     linear = next(m for name, m in run.model.backbone.named_modules()
                   if isinstance(m, nn.Linear) and name.endswith("attn.proj"))
     forward, buckets = [], []
     hook = linear.register_forward_hook(lambda m, i, out: forward.append(out.dtype))
-    inner = run.buckets.launcher
+    all_reduce = ddp_hooks.dist.all_reduce
 
-    def launcher(bucket, group, record, clock):
-        buckets.append(bucket.buffer().dtype)
-        return inner(bucket, group, record, clock)
-    run.buckets.launcher = launcher
+    def on_the_wire(tensor, *args, **kwargs):  # what the comm hook hands the collective
+        buckets.append(tensor.dtype)
+        return all_reduce(tensor, *args, **kwargs)
+    ddp_hooks.dist.all_reduce = on_the_wire
     try:
         _step(run, 0)
     finally:
         hook.remove()
+        ddp_hooks.dist.all_reduce = all_reduce
     return forward, buckets, {p.dtype for p in run.model.parameters()}
 
 
@@ -77,21 +80,53 @@ def test_the_rank_step_autocasts_forward_and_all_reduces_fp32(data_root, one_ran
     assert torch.isfinite(run.losses[-1])
 
 
+def _scaled_and_stepped(run, steps=2):
+    """``steps`` DDP steps: per step, the norm of the gradient buckets handed to the
+    all-reduce, and the norm of the gradients the optimizer (under MMEngine's wrapper) steps
+    with."""
+    from swinkit.rank.ddp import _step
+    bucket_sq, at_step = [0.0], []
+    inner, torch_step = run.buckets.launcher, run.optim.optimizer.step
+
+    def launcher(bucket, group, record, clock):
+        bucket_sq[-1] += float(bucket.buffer().double().norm()) ** 2
+        return inner(bucket, group, record, clock)
+
+    def step(*args, **kwargs):
+        grads = [p.grad.double().norm() for g in run.optim.param_groups for p in g["params"]
+                 if p.grad is not None]
+        at_step.append(float(torch.stack(grads).norm()))
+        return torch_step(*args, **kwargs)
+    run.buckets.launcher, run.optim.optimizer.step = launcher, step
+    for it in range(steps):
+        _step(run, it)
+        bucket_sq.append(0.0)
+    return [q ** 0.5 for q in bucket_sq[:steps]], at_step
+
+
 def test_fp16s_loss_scaling_steps_the_rank_through_its_cpu_seam(data_root, one_rank_group):
     """fp16's GPU branch on the CPU (autocast and GradScaler exist there; swinkit refuses only
-    to measure fp16 on a CPU): forward in fp16, the all-reduced buckets fp32 and scaled (the
-    scaler's 2**16 times the unscaled gradient), the optimizer stepped with them unscaled."""
+    to measure fp16 on a CPU), against an fp32 rank of the same seed and batch: forward in
+    fp16; the buckets DDP all-reduces fp32 and scaled, 2**16 times fp32's (fails if the loss
+    is not scaled); the optimizer stepping with gradients unscaled, fp32's within fp16's
+    rounding (fails if the step does not unscale); a second step taken (GradScaler refuses a
+    step before the last one's update)."""
+    fp32 = _rank_run(data_root, "fp32")
+    buckets32, stepped32 = _scaled_and_stepped(fp32, steps=1)
     run = _rank_run(data_root, "fp32")
-    before = [p.detach().clone() for p in run.model.parameters()]
     run.amp = mp.TrainingPrecision(check_precision("fp16", "cuda"), "cpu",
                                    mp.LossScaling("cpu"), {})
     assert run.amp.scaling.scaler.get_scale() == 2.0 ** 16
     forward, buckets, params = _seen_in_one_step(run)
     assert set(forward) == {torch.float16}
     assert set(buckets) == {torch.float32} and params == {torch.float32}
-    # finite gradients: the step was taken (weights moved), and the scale kept
-    assert run.amp.scaling.scaler.get_scale() == 2.0 ** 16
-    assert any(not torch.equal(b, p) for b, p in zip(before, run.model.parameters()))
+    run = _rank_run(data_root, "fp32")
+    run.amp = mp.TrainingPrecision(check_precision("fp16", "cuda"), "cpu",
+                                   mp.LossScaling("cpu"), {})
+    buckets16, stepped16 = _scaled_and_stepped(run, steps=2)
+    assert buckets16[0] / buckets32[0] == pytest.approx(2.0 ** 16, rel=0.1)
+    assert stepped16[0] / stepped32[0] == pytest.approx(1.0, rel=0.1)
+    assert len(stepped16) == 2 and run.amp.scaling.scaler.get_scale() == 2.0 ** 16
 
 
 def test_ddp_bf16_at_two_ranks_names_it_and_its_phases_add_up(data_root, tmp_path, capsys,
@@ -125,7 +160,7 @@ def test_ddp_bf16_at_two_ranks_names_it_and_its_phases_add_up(data_root, tmp_pat
      "cudnn_benchmark: engine 'dp' does not apply it"),
 ])
 def test_a_bad_or_unapplied_precision_is_refused_before_launch(capsys, tmp_path, argv, message):
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and "fp16 is refused on CPU" in message:
         pytest.skip("fp16 runs on CUDA")
     assert main(["ddp", "--preset", "test", *argv, "--json", str(tmp_path / "r.json")]) == 2
     assert message in capsys.readouterr().err
@@ -237,3 +272,13 @@ def test_the_lost_time_split_in_two_precisions_side_by_side():
     assert "  exposed_comm      +0.1500 (+75%)            +0.1800 (+90%)" in text.splitlines()
     assert "  total                    +0.2000                   +0.2000" in text.splitlines()
     assert "loader demand per rank: 2.9 images/s in fp32, 4.4 in bf16" in text
+
+
+def test_a_paired_runs_local_steps_carry_its_precision():
+    """The components a paired launch measures beside its DDP steps ran in the run's precision;
+    the local run the oracle predicts from says so (it was None)."""
+    from swinkit.runs.paired_parts import local_run
+    out = {"world_size": 2, "bucket_sizes_bytes": [4], "loader_workers": 0,
+           "images_per_rank": 2, "precision": {"name": "bf16"}}
+    ranks = [{"rank": 0, "local": {"iteration": [0.1, 0.2]}}]
+    assert local_run(out, ranks, 1)["precision"] == {"name": "bf16"}

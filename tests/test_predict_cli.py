@@ -371,12 +371,13 @@ def test_thesis_projection_per_precision(tmp_path, capsys):
     assert main(["predict", "--preset", "thesis", "--predict", "1,2", "--precision", "bf16",
                  "--mfu", "0.4", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "thesis projection in bf16 at MFU 0.4" in text
+    assert "thesis projection in bf16 at MFU 0.4 (given;" in text
     assert "CRC V100 (PCIe): left out: a V100 has no bf16 math" in text
     data = json.loads(out.read_text())
     assert set(data["projection"]) == {"CRC A100 (PCIe)", "CRC A100_NVLINK"}
     assert data["projection"]["CRC A100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.4 * 312))
     assert main(["predict", "--preset", "thesis", "--predict", "1", "--json", str(out)]) == 0
+    assert "(stated, not measured in this precision;" in capsys.readouterr().out
     fp32 = json.loads(out.read_text())["projection"]
     assert fp32["CRC A100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.5 * 19.5))
     assert fp32["CRC V100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.5 * 15.7))

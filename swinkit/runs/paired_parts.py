@@ -14,7 +14,7 @@ def local_run(out: dict, ranks: list[dict], grad_accum: int) -> dict:
     return {"world_size": out["world_size"], "warmup": 0, "grad_accum": grad_accum,
             "ranks": local_ranks, "bucket_sizes_bytes": out["bucket_sizes_bytes"],
             "loader_workers": out["loader_workers"], "images_per_rank": out["images_per_rank"],
-            **step_times(local_ranks, grad_accum)}
+            "precision": out.get("precision"), **step_times(local_ranks, grad_accum)}
 
 
 def step_times(ranks: list[dict], grad_accum: int) -> dict:
