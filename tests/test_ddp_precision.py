@@ -282,3 +282,14 @@ def test_a_paired_runs_local_steps_carry_its_precision():
            "images_per_rank": 2, "precision": {"name": "bf16"}}
     ranks = [{"rank": 0, "local": {"iteration": [0.1, 0.2]}}]
     assert local_run(out, ranks, 1)["precision"] == {"name": "bf16"}
+
+
+def test_tf32_on_a_cpu_is_labelled_before_any_launch(capsys, tmp_path):
+    """tf32 on gloo ranks (CPU) is fp32 math: said before the run starts (here the run is then
+    refused for another field, so nothing launches), not only in the result."""
+    if torch.cuda.is_available():
+        pytest.skip("tf32 is real on a GPU")
+    assert main(["ddp", "--preset", "test", "--precision", "tf32", "--iters", "0",
+                 "--json", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "tf32 is a no-op on CPU" in err and "iters must be" in err

@@ -65,7 +65,9 @@ def run_spec(args):
         # backend decides (gloo ranks run on CPU)
         from swinkit.precision import check_precision
         device = "cuda" if launch.resolved_backend() == "nccl" else "cpu"
-        check_precision(args.precision, device, field="--precision")
+        plan = check_precision(args.precision, device, field="--precision")
+        if plan.note:  # labelled before the launch too (tf32 on a CPU is fp32 math)
+            print(f"precision: {plan.label}: {plan.note}", file=sys.stderr)
     return spec
 
 
