@@ -299,6 +299,18 @@ def test_paired_launches_hold_each_prediction_to_its_own_run():
     assert row["launch_prediction_error"] == pytest.approx([0.01, 1.01 / 1.2 - 1])
 
 
+def _three_paired_launches() -> Inputs:
+    """Three paired launches each at N=1 (1.0 s, predicted 1.0) and N=2 (1.0, 1.2, 1.1 s
+    measured; 1.01, 1.19, 0.99 s predicted from their own components)."""
+    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0, 1.0])
+    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2, 1.1])
+    preds = {1: {"predicted_iter_s": 1.0, "components_s": {},
+                 "launch_predicted_iter_s": [1.0, 1.0, 1.0]},
+             2: {"predicted_iter_s": 1.01, "components_s": {},
+                 "launch_predicted_iter_s": [1.01, 1.19, 0.99]}}
+    return Inputs({1: base, 2: run}, {}, predicted=preds, meta={})
+
+
 def test_the_headline_error_is_the_typical_launchs_own_not_the_medians_crossed():
     """Three paired launches at N=2 measured 1.0, 1.2 and 1.1 s (a drifting machine) and
     predicted 1.01, 1.19 and 0.99 s from their own components: errors +1 %, -0.83 % and -10 %.
@@ -306,19 +318,14 @@ def test_the_headline_error_is_the_typical_launchs_own_not_the_medians_crossed()
     says -8.2 %, pairing the first launch's prediction with the third's run; the median of
     the signed errors says -0.83 %; the launch of median error size says +1 %, which the
     report gives (accuracy 99 %), keeping the medians' figure beside it."""
-    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0, 1.0])
-    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2, 1.1])
-    preds = {1: {"predicted_iter_s": 1.0, "components_s": {},
-                 "launch_predicted_iter_s": [1.0, 1.0, 1.0]},
-             2: {"predicted_iter_s": 1.01, "components_s": {},
-                 "launch_predicted_iter_s": [1.01, 1.19, 0.99]}}
-    row = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))["runs"][1]
+    inputs = _three_paired_launches()
+    row = analyse(inputs)["runs"][1]
     assert row["prediction_error"] == pytest.approx(0.01)
     assert row["accuracy_pct"] == pytest.approx(99.0)
     assert row["prediction_error_of_medians"] == pytest.approx(1.01 / 1.1 - 1)
     # one prediction for every launch (not paired per launch): the medians, as before
-    del preds[2]["launch_predicted_iter_s"]
-    row = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))["runs"][1]
+    del inputs.predicted[2]["launch_predicted_iter_s"]
+    row = analyse(inputs)["runs"][1]
     assert row["prediction_error"] == pytest.approx(1.01 / 1.1 - 1)
 
 
@@ -426,13 +433,7 @@ def test_the_oracle_is_shown_with_its_worst_launch_and_without_world_size_1_in_t
     -10 %): typical launch 99.0 %, worst 90.0 %, range 90.0-99.2 %. The mean over world
     sizes above 1 is N=2's 99.0 %, not (100 + 99) / 2; Kahira et al.'s figure is theirs."""
     from swinkit.report.text import prediction_lines
-    base = Measured(1, 1.0, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.0, 1.0])
-    run = Measured(2, 1.1, {c: 0.0 for c in BLAME_KEYS}, launch_iter_s=[1.0, 1.2, 1.1])
-    preds = {1: {"predicted_iter_s": 1.0, "components_s": {},
-                 "launch_predicted_iter_s": [1.0, 1.0, 1.0]},
-             2: {"predicted_iter_s": 1.01, "components_s": {},
-                 "launch_predicted_iter_s": [1.01, 1.19, 0.99]}}
-    report = analyse(Inputs({1: base, 2: run}, {}, predicted=preds, meta={}))
+    report = analyse(_three_paired_launches())
     assert report["prediction_accuracy_pct"] == pytest.approx(99.0)
     assert report["runs"][1]["worst_launch_accuracy_pct"] == pytest.approx(90.0)
     text = "\n".join(prediction_lines(report))

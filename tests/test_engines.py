@@ -487,6 +487,21 @@ def test_ddp_bytes_per_iteration_are_the_models_gradient_bytes(ddp_runs, test_cf
     assert eng["traffic"]["comm_rounds_per_step"] == 1
 
 
+def _timed_like_ddp_with_its_losses(r, ddp_run):
+    """An engine's run against DDP's of the same model, data and seed: every rank's timeline
+    iteration agrees with its own loop clock, the work phases were timed, and each rank's
+    losses are DDP's."""
+    for rank in r["ranks"]:
+        assert len(rank["iteration"]) == ITERS
+        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
+            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
+    assert all(r["phases_s"][p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
+    ours = [rk["loss"] for rk in sorted(r["ranks"], key=lambda x: x["rank"])]
+    theirs = [rk["loss"] for rk in sorted(ddp_run["ranks"], key=lambda x: x["rank"])]
+    for mine, ddp in zip(ours, theirs):
+        assert mine == pytest.approx(ddp, rel=LOSS_RTOL)
+
+
 @pytest.mark.slow
 @needs_deepspeed
 @pytest.mark.parametrize("zero", [1, 2])
@@ -495,15 +510,7 @@ def test_zero_runs_the_preset_and_matches_ddp_loss(zero_runs, ddp_runs, zero, wo
     r = zero_runs[(zero, world_size)]
     assert r["world_size"] == world_size and r["backend"] == "gloo"
     assert r["engine"]["key"] == f"zero{zero}"
-    for rank in r["ranks"]:
-        assert len(rank["iteration"]) == ITERS
-        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
-            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
-    assert all(r["phases_s"][p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
-    ours = [rk["loss"] for rk in sorted(r["ranks"], key=lambda x: x["rank"])]
-    theirs = [rk["loss"] for rk in sorted(ddp_runs[world_size]["ranks"], key=lambda x: x["rank"])]
-    for mine, ddp in zip(ours, theirs):
-        assert mine == pytest.approx(ddp, rel=LOSS_RTOL)
+    _timed_like_ddp_with_its_losses(r, ddp_runs[world_size])
     # DeepSpeed's own instruments are there and say which they are
     assert r["engine"]["comms_logger"]["ops"]
     assert r["ds_cross_check"]["forward"]["n"] == world_size * ITERS
@@ -546,15 +553,7 @@ def test_fsdp2_runs_the_preset_and_matches_ddp_loss(fsdp_run, ddp_runs):
     adding up to the loop's own iteration clock."""
     r, world_size = fsdp_run, 2
     assert r["engine"]["key"] == "fsdp2" and r["backend"] == "gloo"
-    for rank in r["ranks"]:
-        assert len(rank["iteration"]) == ITERS
-        for timeline_s, loop_s in zip(rank["iteration"], rank["loop_iteration"]):
-            assert timeline_s == pytest.approx(loop_s, abs=0.003, rel=0.02)
-    assert all(r["phases_s"][p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
-    ours = [rk["loss"] for rk in sorted(r["ranks"], key=lambda x: x["rank"])]
-    theirs = [rk["loss"] for rk in sorted(ddp_runs[world_size]["ranks"], key=lambda x: x["rank"])]
-    for mine, ddp in zip(ours, theirs):
-        assert mine == pytest.approx(ddp, rel=LOSS_RTOL)
+    _timed_like_ddp_with_its_losses(r, ddp_runs[world_size])
     assert r["engine"]["peak_memory_bytes"] > 0
 
 
