@@ -256,7 +256,7 @@ def test_nvml_samples_the_gpu_cuda_calls_device_0():
 
 
 @requires_gpu(1)
-@pytest.mark.parametrize("engine", ["deepspeed", "dp-vanilla", "dp"])
+@pytest.mark.parametrize("engine", ["deepspeed", "dp-vanilla", "dp", "fsdp2"])
 def test_other_engines_run_at_one_gpu(engine, tmp_path, data_root):
     if engine == "deepspeed":
         pytest.importorskip("deepspeed")
