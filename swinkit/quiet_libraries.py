@@ -84,8 +84,3 @@ def import_deepspeed():
                 sys.stdout, sys.__stdout__):
             handler.setStream(sys.stderr)
     return deepspeed
-
-
-def deepspeed_installed() -> bool:
-    """Whether DeepSpeed can be imported here (found, not imported)."""
-    return importlib.util.find_spec("deepspeed") is not None

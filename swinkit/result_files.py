@@ -105,15 +105,18 @@ def alive(pid: int, group: bool = False) -> bool:
         return False
     except PermissionError:
         return True
-    return _has_live_member(pid) if group else True
+    return bool(live_groups(lambda p: os.getpgid(p) == pid)) if group else True
 
 
-def _has_live_member(pgid: int) -> bool:
+def live_groups(in_scope) -> set[int]:
+    """The process groups of the live (not zombie) processes whose pid ``in_scope`` accepts
+    (a group's members, a session's): one scan of the process table."""
     import psutil
+    groups = set()
     for p in psutil.process_iter(["status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                return True
+            if p.info["status"] != psutil.STATUS_ZOMBIE and in_scope(p.pid):
+                groups.add(os.getpgid(p.pid))
         except (OSError, psutil.Error):
             continue
-    return False
+    return groups

@@ -252,11 +252,20 @@ COMMANDS = {"describe": _describe, "train": _train, "make-data": _make_data,
 
 def warn_untested_torch() -> None:
     """One line on stderr where torch is newer than the newest release swinkit is tested with
-    (ValueError below the oldest it supports)."""
-    import torch
+    (ValueError below the oldest it supports). The version is read without importing torch
+    where this process has not (a second or more that commands reading stored results do not
+    need); where it has, from the module, the torch this process runs."""
+    from importlib import metadata
 
     from swinkit.supported import check_torch
-    warning = check_torch(torch.__version__)
+    if "torch" in sys.modules:
+        version = sys.modules["torch"].__version__
+    else:
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return  # the command that needs torch says so
+    warning = check_torch(version)
     if warning:
         print(f"swinkit: warning: {warning}", file=sys.stderr)
 

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from swinkit.result_files import alive
+from swinkit.result_files import alive, live_groups
 
 KILL_GRACE_S = 5.0
 
@@ -70,15 +70,7 @@ def stop_session(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
 
 def session_groups(sid: int) -> set[int]:
     """Process groups with a live (not zombie) process in session ``sid``."""
-    import psutil
-    groups = set()
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(p.pid) == sid:
-                groups.add(os.getpgid(p.pid))
-        except (OSError, psutil.Error):
-            continue
-    return groups
+    return live_groups(lambda pid: os.getsid(pid) == sid)
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:

@@ -5,10 +5,8 @@ through.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -27,6 +25,7 @@ from swinkit.ddp_options import DDPOptions
 from swinkit.rank.devices import rank_device
 from swinkit.rank.inject import comm_launcher, install
 from swinkit.rank.meet import Meet
+from swinkit.rank.skeleton import seed_rank
 from swinkit.rank.step_switch import Switch, sync_batch_norms
 from swinkit.run_spec import RunSpec
 
@@ -88,12 +87,8 @@ def setup_rank(rank, spec: RunSpec) -> RankRun:
                              cudnn_benchmark=bool(cfg.get("cudnn_benchmark", False)))
     injection = spec.injection.for_rank(rank.rank)  # each --inject spec keeps its own ranks
     install("pipeline", cfg, injection, rank.rank, cuda)  # each kind's hook: inject.HOOKS
-    # MMSeg's random crop and flip draw from numpy's global generator: seeded per rank, so a
-    # run with loader workers 0 (augmenting in this process) is reproducible too.
-    np.random.seed(spec.seed + rank.rank)
-    random.seed(spec.seed + rank.rank)
+    seed_rank(spec.seed, rank.rank)
     memory_baseline = memory.rss_bytes()
-    torch.manual_seed(spec.seed)  # identical initial weights on every rank
     model = build_segmentor(cfg).to(dev)
     delays = install("model", model, injection, rank.rank, cuda)
     # new_group is collective: every rank makes every singleton group, each keeps its own.

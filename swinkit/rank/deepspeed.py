@@ -38,9 +38,6 @@ Instruments, and which are DeepSpeed's own:
 from __future__ import annotations
 
 import logging
-import random
-
-import numpy as np
 
 import torch
 import torch.distributed as dist
@@ -58,7 +55,7 @@ from swinkit.rank.dp_parts import module_bytes
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
-                                   timeline_fields)
+                                   seed_rank, timeline_fields)
 
 ENTRY = "swinkit.rank.deepspeed:deepspeed_rank"
 DS_TIMERS = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step",
@@ -147,11 +144,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     want_timers = (not cuda) if ds_timers is None else ds_timers
     deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
     baseline_rss = memory.rss_bytes()
-    # MMSeg's transforms draw from numpy's global RNG: in loader workers torch seeds it from the
-    # loader's seeded generator; in the main process (workers 0) it is seeded here.
-    np.random.seed(seed + rank.rank)
-    random.seed(seed + rank.rank)
-    torch.manual_seed(seed)  # identical initial weights on every rank, as in the DDP loop
+    seed_rank(seed, rank.rank)
     model = build_segmentor(cfg).to(dev)
     whole = module_bytes(model)   # what the engine record's traffic model counts
     optim_wrapper, schedulers = build_optimizer(cfg, model)

@@ -34,9 +34,6 @@ DTensor's local part); ``module_bytes`` is the whole model's, which the traffic 
 """
 from __future__ import annotations
 
-import random
-
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -53,7 +50,7 @@ from swinkit.rank.engine_collectives import FSDP_OPS, CollectiveRecorder
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
-                                   timeline_fields)
+                                   seed_rank, timeline_fields)
 
 ENTRY = "swinkit.rank.fsdp2:fsdp2_rank"
 
@@ -70,11 +67,7 @@ def shard(model: torch.nn.Module, fully_shard) -> list[str]:
 def _build(rank, cfg, seed: int, cuda: bool):
     """The sharded model, its optimizer and schedulers, the whole model's bytes, its units."""
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
-    # MMSeg's transforms draw from numpy's global RNG: in loader workers torch seeds it from the
-    # loader's seeded generator; in the main process (workers 0) it is seeded here.
-    np.random.seed(seed + rank.rank)
-    random.seed(seed + rank.rank)
-    torch.manual_seed(seed)  # identical initial weights on every rank, as in the DDP loop
+    seed_rank(seed, rank.rank)
     model = build_segmentor(cfg).to(dev)
     whole = module_bytes(model)   # before sharding: what the traffic model counts
     units = shard(model, find_fully_shard())

@@ -99,3 +99,17 @@ def timeline_fields(timeline: list[dict], warmup: int) -> dict:
     measured = [phase_durations(it) for it in timeline[warmup:]]
     return {"timeline": timeline, "iteration": [sum(p.values()) for p in measured],
             "phases": {p: [m[p] for m in measured] for p in PHASES}}
+
+
+def seed_rank(seed: int, rank: int) -> None:
+    """Every engine's rank seeds alike: torch with ``seed`` (identical initial weights on every
+    rank), numpy's and Python's global generators with ``seed + rank`` (MMSeg's transforms draw
+    from numpy's: in loader workers torch seeds it from the loader's seeded generator; in the
+    main process, with loader workers 0, from here)."""
+    import random
+
+    import numpy as np
+    import torch
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+    torch.manual_seed(seed)
