@@ -15,10 +15,15 @@ own cells and thresholds: :mod:`swinkit.attribution.validation`).
   the matrix inconclusive, not passed. Whether the delays added up or overlapped (the
   iteration grew by their sum, or by their maximum) is read from the runs alone, and shown.
 * **A small delay** (``small_backward``): a backward a few ms slower on the last rank, near
-  the noise floor: each rank's added time on backward must match the delay within the run's
-  detection threshold (the noise of the estimate, :func:`~swinkit.attribution.neighbours.
-  detection_threshold`), which the cell reports; a delay below it cannot be checked there:
-  the cell is then counted apart (skipped), saying so.
+  the noise floor. Its ground truth is what the delay added to the late rank's own backward
+  (that rank waits for nobody then, so its row is its phase timer's), not the amount asked: on
+  a GPU the two agree; on CPU ranks sharing cores a rank's delay frees a core the other's
+  compute and gloo's threads then use, so a 5 ms delay adds about 3 ms there (the recovery
+  against the amount is shown, not judged). Every other rank's added time on backward must
+  match that truth within the run's detection threshold (the noise of the estimate,
+  :func:`~swinkit.attribution.neighbours.detection_threshold`), which the cell reports; a
+  truth below twice the threshold cannot be checked: the cell is then counted apart
+  (inconclusive), saying so.
 """
 from __future__ import annotations
 
@@ -34,8 +39,10 @@ PAIR = (("data_ms", 0), ("backward_ms", -1))
 PAIR_DATA_MS = 15.0
 SMALL_KIND = "backward_ms"
 SMALL_MS = 5.0      # per injected iteration: about a twentieth of the test preset's iteration
-SMALL_ITERS = 10    # times the matrix's measured iterations (100 by default, as the test
-#                     preset measures): the noise of a median of n differences shrinks as 1/sqrt(n)
+SMALL_ITERS = 40    # times the matrix's measured iterations (10 by default): the noise of a
+#                     median of n differences shrinks as 1/sqrt(n); at 100 iterations the
+#                     test preset's threshold on an idle 2-core host was 1.5-2.5 ms, too near a
+#                     delay that adds about 3 ms there (see the truth above); 400 halve it
 
 
 def pair_ranks(world_size: int) -> list[tuple[str, int]]:
@@ -95,42 +102,48 @@ def _late_phases(result: dict, pair: list[tuple[str, int]]) -> dict[str, str | N
 
 
 def score_small(result: dict, requested_s: float, thresholds: Thresholds = Thresholds()) -> dict:
-    """The small-delay cell from its run: every rank's added time on backward within the
-    larger of ``recovery_tol`` of the delay and the run's detection threshold of it. A delay
-    below twice the threshold gets no verdict: the cell is inconclusive, saying so, with its
-    figures kept (a noisy host cannot tell it from nothing, right or wrong). The share, residual and
-    straggler are shown, not judged: near the noise floor a ratio of small differences says
-    little, and the straggler is named from every iteration, the clean ones' jitter too."""
+    """The small-delay cell from its run: every waiting rank's added time on backward within
+    the larger of ``recovery_tol`` of the truth and the run's detection threshold, the truth
+    being what the delay added to the late (last) rank's own backward. A truth below twice the
+    threshold gets no verdict: the cell is inconclusive, saying so, with its figures kept (a
+    noisy host cannot tell it from nothing, right or wrong). The share, residual, straggler
+    and the recovery against the amount asked are shown, not judged: near the noise floor a
+    ratio of small differences says little, the straggler is named from every iteration (the
+    clean ones' jitter too), and shared CPU cores absorb part of a small delay."""
     world, key = result["world_size"], EXPECTED[SMALL_KIND]
+    late = str(world - 1)  # where experiments.validate places the small delay
     cell = {"world_size": world, "case": SMALL_DELAY, "placement": "one", "expected": key,
             "requested_s": requested_s}
     effect = result.get("injection_effect")
-    if not effect or not effect.get("noise_s"):
+    if not effect or not effect.get("noise_s") or late not in effect.get("per_rank", {}):
         return {**cell, "passed": False, "failures": ["too few clean iterations to read the "
                                                       "delay or the noise"]}
     amount, source = injected_amount(result, SMALL_KIND, requested_s)
     threshold = effect["noise_s"][key]
     grown = {r: v["growth_s"][key] for r, v in effect["per_rank"].items()}
+    truth = grown[late]
     row = matrix_row(effect)
     straggler = result.get("straggler") or {}
     cell.update(row=row, share=row[key], added_s=effect["added_iter_s"], amount_s=amount,
-                amount_source=source, threshold_s=threshold,
+                amount_source=source, truth_s=truth, threshold_s=threshold,
                 iteration_threshold_s=effect["noise_s"]["iteration"], pairs=effect.get("pairs"),
-                recovery=effect["growth_s"][key] / amount,
-                rank_recovery={r: g / amount for r, g in grown.items()},
+                recovery=truth / amount,
+                rank_recovery={r: g / truth for r, g in grown.items()} if truth > 0 else {},
                 addup_s=result.get("blame_addup_s"),
                 straggler={"rank": straggler.get("rank"), "phase": straggler.get("phase")})
-    # judged only where the delay is at least twice the threshold: just above it, a tolerance
-    # of the threshold would accept nearly any growth between nothing and twice the delay
-    if amount < 2 * threshold:  # no verdict either way: shown with its figures, inconclusive
-        return {**cell, "inconclusive": True, "skipped": f"the delay ({1e3 * amount:.1f} ms) is below twice "
-                f"this run's detection threshold ({1e3 * threshold:.1f} ms): not checkable here "
-                "(more --iters lower the threshold)"}
+    # judged only where the truth is at least twice the threshold: just above it, a tolerance
+    # of the threshold would accept nearly any growth between nothing and twice the truth
+    if truth < 2 * threshold:  # no verdict either way: shown with its figures, inconclusive
+        return {**cell, "inconclusive": True, "skipped": (
+            f"the delay added {1e3 * truth:.1f} ms to rank {late}'s backward "
+            f"({1e3 * amount:.1f} ms asked), below twice this run's detection threshold "
+            f"({1e3 * threshold:.1f} ms): not checkable here (more --iters lower the threshold)")}
     failures = addup_failures(cell, thresholds)
-    tolerance = max(thresholds.recovery_tol * amount, threshold)
-    off = {r: g for r, g in grown.items() if not abs(g - amount) <= tolerance}
+    tolerance = max(thresholds.recovery_tol * truth, threshold)
+    off = {r: g for r, g in grown.items() if r != late and not abs(g - truth) <= tolerance}
     if off:
         failures.append(f"{key} grew on rank " + ", ".join(f"{r} {1e3 * g:.1f}" for r, g in
                                                            off.items())
-                        + f" ms for {1e3 * amount:.1f} ms (needs within {1e3 * tolerance:.1f})")
+                        + f" ms while the delay added {1e3 * truth:.1f} ms to rank {late}'s "
+                        f"(needs within {1e3 * tolerance:.1f})")
     return {**cell, "failures": failures, "passed": not failures}

@@ -53,8 +53,9 @@ def _figures(cell: dict) -> list[str]:
     s = cell["straggler"]
     straggler = "-" if s["rank"] is None else f"{s['rank']}/{s['phase']}"
     amount = f"{1e3 * cell['amount_s']:.0f}" + ("" if cell["amount_source"] == "measured" else "*")
-    if "threshold_s" in cell:  # the small delay, beside its detection threshold
-        amount = f"{1e3 * cell['amount_s']:.1f} (noise {1e3 * cell['threshold_s']:.1f})"
+    if "threshold_s" in cell:  # the small delay: what it added of what was asked, and the noise
+        amount = (f"{1e3 * cell.get('truth_s', cell['amount_s']):.1f} of "
+                  f"{1e3 * cell['amount_s']:.1f} (noise {1e3 * cell['threshold_s']:.1f})")
     return [f"{cell['recovery']:.2f}", _span(list(ranks.values())), amount, straggler]
 
 
@@ -142,7 +143,11 @@ def cell_notes(validation: dict) -> list[str]:
             out.append(f"N={c['world_size']} small delay: detection threshold "
                        f"{1e3 * c['threshold_s']:.1f} ms on {c['expected']}, "
                        f"{1e3 * c['iteration_threshold_s']:.1f} ms on the iteration (twice the "
-                       "noise of the median difference)")
+                       "noise of the median difference)"
+                       + (f"; the delay added {1e3 * c['truth_s']:.1f} ms of the "
+                          f"{1e3 * c['amount_s']:.1f} asked to the late rank's backward (what "
+                          "the other ranks are held to; less than asked where ranks share "
+                          "cores)" if "truth_s" in c else ""))
     return out
 
 
