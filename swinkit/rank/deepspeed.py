@@ -161,9 +161,9 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     config = ds_config(cfg.images_per_rank, zero, grad_accum, want_timers)
     # The precision as the DDP loop applies it: autocast around forward and loss, the weights,
     # gradients and ZeRO's reductions fp32. Entered inside the module DeepSpeed runs, not
-    # around engine(): DeepSpeed's forward switches off an autocast entered outside it unless
-    # its own ``torch_autocast`` section is on, and that section reduces the linears' and
-    # convolutions' gradients in bf16. DeepSpeed's ``bf16`` config is not used either (bf16
+    # around engine(): DeepSpeed's forward switches off a CUDA autocast entered outside it
+    # unless its own ``torch_autocast`` section is on, and that section reduces the linears'
+    # and convolutions' gradients in bf16. DeepSpeed's ``bf16`` config is not used either (bf16
     # weights, fp32 master copies, bf16 reductions): a different training, left for a
     # separate comparison. fp16 is refused before launch (its loss scaling would go through
     # engine.backward and ZeRO's partitioned gradients, not a GradScaler).
