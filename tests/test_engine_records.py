@@ -87,8 +87,9 @@ def test_run_features_only_ddp_takes_are_refused_by_the_others(feature, run_kw):
 
 
 def test_a_precision_an_engine_does_not_apply_is_refused_before_any_launch():
-    run = _run(overrides={"precision": "bf16"})
-    with pytest.raises(ValueError, match="precision 'bf16': engine 'fsdp2' runs fp32 only"):
+    run = _run(overrides={"precision": "fp16"})
+    with pytest.raises(ValueError, match="precision 'fp16': engine 'fsdp2' runs fp32, tf32, "
+                                         "bf16 only"):
         EngineSpec(engine="fsdp2", run=run).validate()
 
 

@@ -18,7 +18,9 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * a paired launch (the oracle's DDP and local steps alternating) on every GPU: the device
   drained before the clock read that ends a step at each change of kind;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
-* DeepSpeed ZeRO-2 and DataParallel where the GPU count allows; the multi-node self-test's
+* DeepSpeed ZeRO-2 and DataParallel where the GPU count allows, and the engines' precision
+  branches: DeepSpeed and FSDP2 in bf16 (autocast in forward, fp32 gradients), DataParallel
+  in bf16 and fp16, fp16 refused for DeepSpeed and FSDP2; the multi-node self-test's
   all-reduce on NCCL.
 """
 from __future__ import annotations
@@ -275,3 +277,81 @@ def test_selftest_allreduce_runs_on_nccl():
     run = launch("swinkit.rank.selftest:allreduce_loop", {"steps": 2},
                  LaunchConfig(nproc_per_node=GPUS, wall_timeout_s=120))
     assert row(f"self-test all-reduce on NCCL, N={GPUS}", "ran", "no error", run is not None)
+
+
+@pytest.fixture
+def one_rank_nccl(tmp_path):
+    """An NCCL world of one in this process, on GPU 0."""
+    import torch.distributed as dist
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@requires_gpu(1)
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+def test_engines_in_bf16_on_cuda_autocast_forward_and_keep_fp32_gradients(
+        engine, data_root, one_rank_nccl, monkeypatch):
+    """DeepSpeed's and FSDP2's CUDA branch of the precision: a backbone linear computes in
+    bf16 (on CUDA DeepSpeed's forward switches off an autocast entered around engine(): the
+    module it runs enters it), and what DeepSpeed reduces / FSDP2's optimizer steps with is
+    fp32 (tests/test_engine_precision.py's helpers, at one GPU)."""
+    from test_engine_precision import deepspeed_seen, fsdp2_seen
+    if engine == "deepspeed":
+        pytest.importorskip("deepspeed")
+        seen, r = deepspeed_seen(data_root, monkeypatch, 2, "bf16", device="cuda")
+        grads = set(seen["reduced"])
+    else:
+        seen, r = fsdp2_seen(data_root, monkeypatch, "bf16", device="cuda")
+        grads = seen["grads"]
+    forward = set(seen["forward"])
+    assert row(f"{engine} N=1 bf16 on CUDA", f"forward {sorted(map(str, forward))}, "
+               f"gradients {sorted(map(str, grads))}, TF32 {r['precision']['math_flags']['matmul']}",
+               "bf16 forward, fp32 gradients, TF32 on",
+               forward == {torch.bfloat16} and grads == {torch.float32}
+               and r["precision"]["autocast"] == "bfloat16"
+               and r["precision"]["math_flags"]["matmul"] is True)
+
+
+@requires_gpu(1)
+@pytest.mark.parametrize("engine, precision, autocast", [
+    ("dp", "bf16", "bfloat16"), ("dp", "fp16", "float16"), ("dp-vanilla", "bf16", "bfloat16")])
+def test_dataparallel_in_a_precision_on_the_gpus(engine, precision, autocast, data_root):
+    """DataParallel's step in bf16 and fp16 (GradScaler) on every GPU (2 at most): the modules
+    its step runs compute a backbone linear in the precision's dtype in each replica's thread,
+    and a real run names the precision it applied, with finite losses."""
+    from swinkit.model.precision import training_precision
+    from swinkit.rank.dp import dp_modules
+    from swinkit.runs.ddp_run import DDPRunSpec
+    from swinkit.runs.engine_run import run_engine
+    from swinkit.runs.engine_spec import EngineSpec
+    n = min(GPUS, 2)
+    seen = []
+    linear = torch.nn.Linear(8, 8).cuda()
+    linear.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    amp = training_precision(precision, torch.device("cuda", 0))
+    dp_modules(linear, amp, device_ids=list(range(n)))[1](torch.randn(4, 8, device="cuda"))
+    run = DDPRunSpec(preset="test", nproc_per_node=n, iters=3, warmup=1, workers=0,
+                     data_root=str(data_root), precision=precision)
+    r = run_engine(EngineSpec(engine=engine, run=run), progress=lambda s: None)
+    applied = r["ranks"][0]["precision"]
+    finite = all(v == v and abs(v) < float("inf") for v in r["ranks"][0]["loss"])
+    assert row(f"{engine} {n} GPU(s) {precision}", f"replica forward {sorted(map(str, set(seen)))}, "
+               f"{applied['label']}, autocast {applied['autocast']}, {r['iter_s'] * 1e3:.1f} ms",
+               f"{autocast}, finite loss",
+               set(seen) == {getattr(torch, autocast)} and applied["autocast"] == autocast
+               and r["precision"]["precision"] == precision and finite)
+
+
+@requires_gpu(1)
+@pytest.mark.parametrize("engine", ["deepspeed", "fsdp2"])
+def test_fp16_is_refused_for_deepspeed_and_fsdp2_before_launch_on_gpu(engine, capsys, tmp_path):
+    from swinkit.cli import main
+    code = main(["ddp", "--engine", engine, "--preset", "test", "--world-size", "1",
+                 "--precision", "fp16", "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert row(f"{engine} fp16 refused", f"exit {code}", "2, naming engine and precision",
+               code == 2 and f"precision 'fp16': engine '{engine}'" in err
+               and not (tmp_path / "r.json").exists())

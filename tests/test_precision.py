@@ -158,12 +158,15 @@ def test_converge_refuses_fp16_naming_the_field():
                      overrides={"precision": "fp16"}).validate()   # a GPU preset: fp16 is valid there
 
 
-def test_the_ddp_loop_applies_every_precision_and_the_other_engines_fp32_only():
-    """What each engine's rank applies (tests/test_ddp_precision.py runs DDP's in bf16)."""
+def test_ddp_and_dataparallel_apply_every_precision_deepspeed_and_fsdp2_all_but_fp16():
+    """What each engine's rank applies (tests/test_ddp_precision.py runs DDP's in bf16,
+    tests/test_engine_precision.py the others')."""
     from swinkit.precision import PRECISIONS
     from swinkit.runs.engine_records import ENGINES
+    every, autocast_only = tuple(PRECISIONS), ("fp32", "tf32", "bf16")
     assert {name: e.precisions for name, e in ENGINES.items()} == {
-        name: tuple(PRECISIONS) if name == "ddp" else ("fp32",) for name in ENGINES}
+        "ddp": every, "dp": every, "dp-vanilla": every,
+        "deepspeed": autocast_only, "fsdp2": autocast_only}
 
 
 def test_the_thesis_projection_in_fp32_is_the_stated_one():

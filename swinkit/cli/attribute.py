@@ -10,6 +10,7 @@ bench_whatif stored for the commit (docs/whatif.md).
     python -m swinkit attribute                                  # asv's latest, this machine
     python -m swinkit attribute --commit 1a2b3c4d --against 5e6f7a8b --html a.html
     python -m swinkit attribute --run --preset test --world-sizes 1,2 --inject data_ms=40,ranks=1
+    python -m swinkit attribute --run --preset test --world-sizes 1,2 --precision bf16
     python -m swinkit what-if bf16_hook,accum_2 --run --preset test
     python -m swinkit what-if --list                             # the what-if catalogue
 """
@@ -38,7 +39,13 @@ def add_parsers(sub) -> None:
     add_attribute_args(p)
 
 
-def add_attribute_args(p: argparse.ArgumentParser) -> None:
+RUN_PRECISION_HELP = ("with --run: the training precision the runs apply, autocast around "
+                      "forward and loss with fp32 weights, gradients and all-reduce (default: "
+                      "the preset's, fp32; docs/precision.md)")
+
+
+def add_attribute_args(p: argparse.ArgumentParser, precision_help: str = RUN_PRECISION_HELP,
+                       ) -> None:
     options.add_stored(p)
     p.add_argument("--against", help="another commit to compare with")
     p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
@@ -48,6 +55,7 @@ def add_attribute_args(p: argparse.ArgumentParser) -> None:
                    help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
                         "the global batch fixed (the preset's images per rank x the largest "
                         "world size), divided among the ranks")
+    options.add_precision(p, precision_help)
     options.add_outputs(p)
 
 
@@ -81,14 +89,23 @@ def _report(args, what_if: str | None) -> dict:
     from swinkit.attribution.inputs import InputError, from_asv
     from swinkit.injection import parse_injections
     results = options.results_dir(args)
+    precision = getattr(args, "precision", None)
+    if precision and (what_if or not args.run):
+        raise ValueError(f"--precision {precision} applies to the attribution measured now "
+                         "(attribute --run): stored results ran the precision their header "
+                         "names, and the what-ifs run the preset's beside their own (amp_bf16, "
+                         "tf32 change it)")
     remedies = None
     if what_if and args.run:
         from swinkit.experiments.remedies import select
         remedies = select(what_if)  # unknown names fail here, before any launch
     if args.run:
         from swinkit.experiments.attribution_run import from_run
+        from swinkit.launch import LaunchConfig
+        options.check_precision(precision, LaunchConfig())  # before any launch, as swinkit ddp
         inputs = from_run(args.preset, args.world_sizes, parse_injections(args.inject),
-                          iters=args.iters, repeats=args.repeats, scaling=args.scaling)
+                          iters=args.iters, repeats=args.repeats, scaling=args.scaling,
+                          precision=precision)
     else:
         inputs = from_asv(results, args.machine, args.commit)
     against = from_asv(results, args.machine, args.against) if args.against else None

@@ -24,7 +24,9 @@ from swinkit.cli.exit_codes import describe
 def get_parser(doc: str = __doc__) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.split("\n")[0], epilog=doc + "\n" + describe(
         (0, 1, 2, 3)), formatter_class=argparse.RawDescriptionHelpFormatter)
-    attribute.add_attribute_args(p)
+    attribute.add_attribute_args(p, precision_help=(
+        f"{attribute.RUN_PRECISION_HELP}; with --preset thesis --predict N (no --run): "
+        f"{predict.PROJECTION_PRECISION_HELP}"))
     p.add_argument("--engine", help="with --run: compare engines instead of attributing DDP: "
                                     "keys (ddp, zero1, zero2, fsdp2, dp, dp_vanilla; "
                                     "comma-separated) or all; one table, and with --html a "
@@ -38,7 +40,7 @@ def get_parser(doc: str = __doc__) -> argparse.ArgumentParser:
                         "predictions, then run it and report predicted vs measured; without "
                         "--run: the what-ifs asv's bench_whatif stored for the commit")
     p.add_argument("--list-remedies", action="store_true", help="list the what-if catalogue")
-    predict.add_predict_args(p)
+    predict.add_predict_args(p, precision=False)   # --precision is the attribution's
     return p
 
 

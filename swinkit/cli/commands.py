@@ -43,6 +43,7 @@ from pathlib import Path
 from swinkit.cli import attribute as attribute_cli
 from swinkit.cli import converge as converge_cli
 from swinkit.cli import engines as engines_cli
+from swinkit.cli import options
 from swinkit.cli import predict as predict_cli
 from swinkit.cli import scorecard as scorecard_cli
 from swinkit.cli import validate as validate_cli
@@ -51,12 +52,7 @@ from swinkit.cli.exit_codes import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTE
 from swinkit.cli.launch import add_node_args
 from swinkit.config import PRESETS, default_data_root, load_config
 from swinkit.injection import spec_help
-from swinkit.precision import PRECISIONS
 from swinkit.runs.engine_records import DEFAULT_ENGINE, ENGINES
-
-
-
-PRECISION_NAMES = tuple(PRECISIONS)
 
 
 def _parse_option(text: str) -> tuple[str, object]:
@@ -93,8 +89,8 @@ def get_parser() -> argparse.ArgumentParser:
     _add_workload_args(p)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1 = one rank)")
-    p.add_argument("--precision", choices=PRECISION_NAMES,
-                   help="training precision (default: the preset's, fp32; docs/precision.md)")
+    options.add_precision(p, "training precision (default: the preset's, fp32; "
+                             "docs/precision.md)")
 
     p = sub.add_parser("make-data", help="write the synthetic ADE20K")
     p.add_argument("--data-root", default=str(default_data_root()))
@@ -153,10 +149,10 @@ def _add_ddp_parser(sub) -> None:
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step (default 1)")
     p.add_argument("--figure", help="with --engine all: write the comparison figure (PNG) here")
-    p.add_argument("--precision", choices=PRECISION_NAMES,
-                   help="training precision (default: the preset's, fp32): autocast around "
-                        "forward and loss, fp32 weights, gradients and all-reduce "
-                        "(docs/precision.md); engines other than ddp refuse all but fp32")
+    options.add_precision(p, "training precision (default: the preset's, fp32): autocast "
+                             "around forward and loss, fp32 weights, gradients and all-reduce, "
+                             "in every engine (docs/precision.md); deepspeed and fsdp2 refuse "
+                             "fp16")
 
 
 def _config(args):

@@ -3,6 +3,7 @@
 
     python -m swinkit engines --preset test                      # every engine at 1 and 2
     python -m swinkit engines ddp,zero1,fsdp2 --world-sizes 2 --grad-accum 1,2,4 --json e.json
+    python -m swinkit engines ddp,zero1,fsdp2 --precision bf16     # every engine in bf16
     python -m swinkit engines --list                             # the engines and their keys
     python -m swinkit ddp --engine all --world-size 2            # the same table, DDP's options
 
@@ -36,6 +37,10 @@ def add_parser(sub) -> None:
                    help="micro-batches per optimizer step, comma-separated (default 1): each "
                         "engine runs at each K, and the report says whether communication per "
                         "image falls with K as the ideal 1/K")
+    options.add_precision(p, "training precision of every engine (default: the preset's, "
+                             "fp32), each the DDP loop's way: autocast around forward and loss, "
+                             "fp32 weights, gradients and reductions; deepspeed and fsdp2 "
+                             "refuse fp16 (docs/precision.md)")
     p.add_argument("--json", help="write the comparison as JSON here")
     p.add_argument("--html", help="write the comparison's figure beside this path "
                                   "(engines.png)")
@@ -64,8 +69,10 @@ def command(args) -> int:
     options.export_data_root(args)
     options.default_iters(args, per_preset=False)
     keys = keys_named(args.engine)   # ValueError naming the unknown ones
-    runs = run_engines_by_k(keys, args.world_sizes, DDPRunSpec(preset=args.preset, iters=args.iters),
-                            args.grad_accum or [1])
+    precision = getattr(args, "precision", None)   # tools/attribute.py --run --engine has it too
+    run = DDPRunSpec(preset=args.preset, iters=args.iters, precision=precision)
+    options.check_precision(precision, run.launch_config())   # before any launch
+    runs = run_engines_by_k(keys, args.world_sizes, run, args.grad_accum or [1])
     figure = None
     if getattr(args, "html", None):
         from pathlib import Path

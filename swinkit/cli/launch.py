@@ -60,14 +60,9 @@ def run_spec(args):
                       injection=parse_injections(args.inject), data_root=args.data_root,
                       overrides=overrides, trace_dir=args.trace, bare=args.bare,
                       launch=launch, ddp_timers=args.ddp_timers)
-    if getattr(args, "precision", None):
-        # before any launch, named as the user gave it: unknown, or fp16 on the CPU the
-        # backend decides (gloo ranks run on CPU)
-        from swinkit.precision import check_precision
-        device = "cuda" if launch.resolved_backend() == "nccl" else "cpu"
-        plan = check_precision(args.precision, device, field="--precision")
-        if plan.note:  # labelled before the launch too (tf32 on a CPU is fp32 math)
-            print(f"precision: {plan.label}: {plan.note}", file=sys.stderr)
+    # before any launch, named as the user gave it: fp16 on the CPU the backend decides
+    from swinkit.cli.options import check_precision
+    check_precision(getattr(args, "precision", None), launch)
     return spec
 
 

@@ -1,6 +1,7 @@
-"""Options the report commands share (``swinkit attribute``, ``what-if``, ``predict``,
-``engines`` and ``tools/attribute.py``, which takes them all): each group added by one
-function, so a flag means the same everywhere and each parser is the sum of its groups."""
+"""Options the commands share (``swinkit attribute``, ``what-if``, ``predict``, ``engines`` and
+``tools/attribute.py``, which takes them all; ``--precision`` also ``swinkit ddp`` and
+``train``): each group added by one function, so a flag means the same everywhere and each
+parser is the sum of its groups."""
 from __future__ import annotations
 
 import argparse
@@ -100,3 +101,25 @@ def default_iters(args, per_preset: bool) -> None:
         args.iters = int(getattr(load_config(args.preset), "measured_iters", 10))
     else:
         args.iters = 10
+
+
+def add_precision(p: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    """``--precision``: a training precision by name (argparse refuses an unknown one, naming
+    the option); None (the default) means the preset's (docs/precision.md)."""
+    from swinkit.precision import PRECISIONS
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default=default, help=help)
+
+
+def check_precision(precision: str | None, launch) -> None:
+    """``--precision`` against the device ``launch``'s backend decides (gloo ranks run on CPU),
+    before any process starts: fp16 on a CPU refused naming the option (ValueError); a label
+    (tf32 on a CPU is fp32 math) said on stderr. Nothing to check where it is None."""
+    if not precision:
+        return
+    import sys
+
+    from swinkit.precision import check_precision as check
+    device = "cuda" if launch.resolved_backend() == "nccl" else "cpu"
+    plan = check(precision, device, field="--precision")
+    if plan.note:
+        print(f"precision: {plan.label}: {plan.note}", file=sys.stderr)

@@ -20,9 +20,7 @@ import argparse
 
 from swinkit.cli import options
 from swinkit.cli.exit_codes import EXIT_OK, describe
-from swinkit.precision import PRECISIONS
 
-PRECISION_NAMES = tuple(PRECISIONS)
 
 
 def add_parser(sub) -> None:
@@ -39,8 +37,15 @@ def add_parser(sub) -> None:
     options.add_outputs(p, html=False)
 
 
-def add_predict_args(p: argparse.ArgumentParser) -> None:
-    """The held-out prediction's options (docs/prediction.md)."""
+PROJECTION_PRECISION_HELP = (
+    "thesis projection: each device's compute in this precision, FLOPs / (MFU x its stated "
+    "peak of the precision); a system without such math is left out, with the reason "
+    "(default fp32; docs/precision.md)")
+
+
+def add_predict_args(p: argparse.ArgumentParser, precision: bool = True) -> None:
+    """The held-out prediction's options (docs/prediction.md); ``precision``: with
+    ``--precision`` (a parser that has it already leaves it out)."""
     ints = options.comma_ints
     p.add_argument("--predict", metavar="N1,N2", type=ints("--predict"),
                    help="predict these world sizes without running them: with --run from the "
@@ -68,10 +73,8 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                         "stored run's size each")
     p.add_argument("--device-iter-s", type=float,
                    help="thesis projection: one device's iteration alone (default: stated)")
-    p.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
-                   help="thesis projection: each device's compute in this precision, FLOPs / "
-                        "(MFU x its stated peak of the precision); a system without such math "
-                        "is left out, with the reason (default fp32; docs/precision.md)")
+    if precision:   # tools/attribute.py has it from the attribution's options
+        options.add_precision(p, PROJECTION_PRECISION_HELP, default="fp32")
     p.add_argument("--mfu", type=float,
                    help="thesis projection: the model FLOP utilisation in --precision (e.g. "
                         "a forward/backward component's measured one; default: 0.5, stated)")
@@ -83,7 +86,7 @@ def check(args) -> None:
         from swinkit.predict.supervisor.held_out import IN_LAUNCH_REMOVED
         raise ValueError(IN_LAUNCH_REMOVED)
     projecting = args.preset == "thesis" and args.predict and not (args.stored or args.run)
-    if not projecting and (args.precision != "fp32" or args.mfu is not None):
+    if not projecting and ((args.precision or "fp32") != "fp32" or args.mfu is not None):
         # a run's or a stored prediction's precision is the one its ranks applied
         raise ValueError("--precision and --mfu set the thesis projection's device compute "
                          "(--preset thesis --predict N, without --run or --stored)")
@@ -96,6 +99,7 @@ def check(args) -> None:
 def command(args) -> int:
     """Held out, predicted only, from stored, or the projection: its lines, and JSON."""
     check(args)
+    args.precision = args.precision or "fp32"   # tools/attribute.py's option has no default
     options.export_data_root(args)
     options.default_iters(args, per_preset=args.run)
     report, lines = _predict(args)

@@ -22,11 +22,13 @@ from swinkit.runs.sweep import oversubscribe_allowed
 
 
 def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: int = 3,
-             repeats: int = 3, scaling: str = "weak", progress=print) -> Inputs:
+             repeats: int = 3, scaling: str = "weak", progress=print,
+             precision: str | None = None) -> Inputs:
     """Measure now: the DDP iteration per world size, ``repeats`` launches with the world
     sizes interleaved (1, 2, 1, 2, ...) so that a slow drift of a shared machine hits each
     alike and the lost time carries its launch-to-launch spread; each launch also measures the
-    components of its own DDP run (paired), and the oracle predicts it from them."""
+    components of its own DDP run (paired), and the oracle predicts it from them. Every launch
+    runs in ``precision`` (None: the preset's), its components too."""
     check_int("repeats", repeats, 1)
     images = images_per_rank(preset, world_sizes, scaling)
     injection = injection or Injection()
@@ -42,7 +44,7 @@ def from_run(preset: str, world_sizes, injection=None, iters: int = 10, warmup: 
     for k in range(repeats):
         for ws in world_sizes:
             lc = LaunchConfig(nproc_per_node=ws, allow_oversubscribe=oversubscribe_allowed())
-            spec = _spec(preset, ws, iters, warmup, lc, injection, images[ws])
+            spec = _spec(preset, ws, iters, warmup, lc, injection, images[ws], precision)
             progress(f"[launch {k + 1}/{repeats}, world size {ws}] DDP iterations and their "
                      f"components, alternating ({warmup} + {iters} of each), then the "
                      "collectives alone and beside the loop")
@@ -87,10 +89,11 @@ def _median_prediction(predictions: list[dict]) -> dict:
     return chosen
 
 
-def _spec(preset, ws, iters, warmup, lc, injection, images: int) -> DDPRunSpec:
+def _spec(preset, ws, iters, warmup, lc, injection, images: int,
+          precision: str | None = None) -> DDPRunSpec:
     return DDPRunSpec(preset=preset, nproc_per_node=ws, iters=iters, warmup=warmup, launch=lc,
                       injection=injection.for_world_size(ws),
-                      overrides={"images_per_rank": images}, paired=True)
+                      overrides={"images_per_rank": images}, paired=True, precision=precision)
 
 
 def _measured(world_size: int, runs: list[dict]) -> Measured:

@@ -16,7 +16,9 @@ Each optimizer step (one iteration), in the order it runs, with ``K`` = ``grad_a
 
 The model, data pipeline, optimizer (the preset's AdamW with its parameter groups, handed to
 DeepSpeed as a client optimizer), seed and images per device are the preset's, as in
-:mod:`swinkit.rank.ddp`; training is fp32.
+:mod:`swinkit.rank.ddp`. The precision is applied as the DDP loop applies it (autocast around
+forward and loss, fp32 weights, gradients and reductions; see :func:`deepspeed_rank`), not
+through DeepSpeed's ``bf16`` / ``fp16`` configs.
 
 Instruments, and which are DeepSpeed's own:
 
@@ -49,13 +51,14 @@ from swinkit.measure import memory, sync_bn
 from swinkit.measure.samplers import CpuUsage, NvmlSampler
 from swinkit.measure.clocks import make_clock
 from swinkit.measure.timeline import Timeline
+from swinkit.model.precision import AutocastForward
 from swinkit.model.segmentor import build_optimizer, build_segmentor
 from swinkit.quiet_libraries import import_deepspeed
 from swinkit.rank.dp_parts import module_bytes
 from swinkit.rank.rank_clocks import clock_offsets
 from swinkit.rank.errors import out_of_memory_named
-from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
-                                   seed_rank, timeline_fields)
+from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, rank_precision,
+                                   run_steps, seed_rank, timeline_fields)
 
 ENTRY = "swinkit.rank.deepspeed:deepspeed_rank"
 DS_TIMERS = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step",
@@ -64,8 +67,11 @@ DS_TIMERS = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step",
 
 def ds_config(images_per_rank: int, zero: int, grad_accum: int, timers: bool) -> dict:
     """DeepSpeed's configuration: DeepSpeed's defaults except what makes it the same workload
-    (micro-batch = the preset's images per device, fp32, the accumulation steps asked for) and
-    what keeps it quiet (no periodic prints)."""
+    (micro-batch = the preset's images per device, fp32 weights, the accumulation steps asked
+    for) and what keeps it quiet (no periodic prints). Its ``bf16`` and ``fp16`` stay off in
+    every precision: they keep the weights themselves in half precision (fp32 master copies in
+    the optimizer) and reduce the gradients in it, a different training from the DDP loop's;
+    the precision is autocast, entered by the module DeepSpeed runs (:func:`deepspeed_rank`)."""
     return {
         "train_micro_batch_size_per_gpu": images_per_rank,
         "gradient_accumulation_steps": grad_accum,
@@ -144,6 +150,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     want_timers = (not cuda) if ds_timers is None else ds_timers
     deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
     baseline_rss = memory.rss_bytes()
+    amp = rank_precision(cfg, dev)   # TF32 switches before the model, as DDP's rank
     seed_rank(seed, rank.rank)
     model = build_segmentor(cfg).to(dev)
     whole = module_bytes(model)   # what the engine record's traffic model counts
@@ -152,7 +159,16 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     if want_timers:
         sink.install()
     config = ds_config(cfg.images_per_rank, zero, grad_accum, want_timers)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optim_wrapper.optimizer,
+    # The precision as the DDP loop applies it: autocast around forward and loss, the weights,
+    # gradients and ZeRO's reductions fp32. Entered inside the module DeepSpeed runs, not
+    # around engine(): DeepSpeed's forward switches off a CUDA autocast entered outside it
+    # unless its own ``torch_autocast`` section is on, and that section reduces the linears'
+    # and convolutions' gradients in bf16. DeepSpeed's ``bf16`` config is not used either (bf16
+    # weights, fp32 master copies, bf16 reductions): a different training, left for a
+    # separate comparison. fp16 is refused before launch (its loss scaling would go through
+    # engine.backward and ZeRO's partitioned gradients, not a GradScaler).
+    engine, _, _, _ = deepspeed.initialize(model=AutocastForward(model, amp),
+                                           optimizer=optim_wrapper.optimizer,
                                            config=config, dist_init_required=False)
     sink.take()  # nothing from start-up
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
@@ -224,7 +240,7 @@ def deepspeed_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "comms_logger": comms,
         "memory": peak, "model_state": state, "module_bytes": whole,
         "ds_config": config, "deepspeed": deepspeed.__version__,
-        "images_per_step": cfg.images_per_rank * grad_accum,
+        "images_per_step": cfg.images_per_rank * grad_accum, "precision": amp.to_dict(),
     }
 
 

@@ -17,6 +17,12 @@ Phases: ``data_wait`` (loader + preprocessor to device 0), ``forward`` (for ``dp
 DataParallel call, copies included), ``backward`` (the replicas' backward and the gradient
 reduce-add onto device 0, which runs inside autograd and is not separable from the host),
 ``optimizer``. ``dp-vanilla`` marks its scatter, replicate and gather as ``exposed_comm``.
+
+The precision is the DDP loop's (:func:`~swinkit.rank.skeleton.rank_precision`): autocast
+around forward and loss, entered by each replica in its own thread (:func:`dp_modules`), fp32
+weights and gradients (the reduce-add onto device 0 included); fp16's GradScaler scales the
+loss and unscales before the one optimizer's step, as in DDP's loop (one process, one
+optimizer: it fits as it is).
 """
 from __future__ import annotations
 
@@ -115,6 +121,19 @@ class SegDataParallel(nn.DataParallel):
         return gather_losses(list(outputs), target, self._weights)
 
 
+def dp_modules(model: nn.Module, amp, device_ids=None, copies: CopyLog | None = None):
+    """What the DataParallel step runs: ``model`` wrapped so that its forward enters the
+    precision's autocast in whichever thread runs it (:class:`~swinkit.model.precision.
+    AutocastForward`: DataParallel runs each replica in a thread of its own, where the
+    caller's autocast dtype does not reach), and :class:`SegDataParallel` over that. Returns
+    (the wrapped module, which ``dp-vanilla`` replicates itself, and the DataParallel).
+    ``device_ids`` None on a machine without GPUs: DataParallel then calls the module
+    directly (the CPU seam tests drive)."""
+    from swinkit.model.precision import AutocastForward
+    module = AutocastForward(model, amp)
+    return module, SegDataParallel(module, device_ids=device_ids, copies=copies)
+
+
 # ----------------------------------------------------------------- the rank loop
 
 def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
@@ -133,8 +152,8 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     from swinkit.rank.dp_vanilla import vanilla_forward
     from swinkit.model.segmentor import build_optimizer, build_segmentor
     from swinkit.rank.errors import out_of_memory_named
-    from swinkit.rank.skeleton import (Window, identity, loop_iterations, run_steps,
-                                       timeline_fields)
+    from swinkit.rank.skeleton import (Window, identity, loop_iterations, rank_precision,
+                                       run_steps, timeline_fields)
 
     from swinkit.rank.devices import check_dp_devices
     check_dp_devices(n_devices)
@@ -147,11 +166,12 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     devices = [torch.device("cuda", i) for i in indices]
     torch.cuda.set_device(devices[0])
     baseline_rss = memory.rss_bytes()
+    amp = rank_precision(cfg, devices[0])   # TF32 switches before the model, as DDP's rank
     torch.manual_seed(seed)
     model = build_segmentor(cfg).to(devices[0])
     optim, schedulers = build_optimizer(cfg, model)
     copies = CopyLog()
-    wrapped = SegDataParallel(model, device_ids=indices, copies=copies)
+    module, wrapped = dp_modules(model, amp, device_ids=indices, copies=copies)
     budget = loader_workers(cfg.loader_workers if workers is None else workers, n_devices)
     loader = build_loader(loader_cfg, rank=0, world_size=1, workers=budget["total"], seed=seed,
                           timeout_s=120 if budget["total"] else 0)
@@ -170,15 +190,16 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             data = model.data_preprocessor(next(stream), training=True)
             timeline.mark("data_wait")
             if vanilla:
-                out = vanilla_forward(model, data, devices, timeline, copies)
+                out = vanilla_forward(module, data, devices, timeline, copies)
             else:
                 out = wrapped(**data, mode="loss")
                 timeline.mark("forward")
             loss, _ = model.parse_losses(out)
-            (loss / grad_accum).backward()
+            amp.scaling.backward(loss / grad_accum)   # fp16: the loss scaled first
             timeline.mark("backward")
             micro.append(loss.detach())
-        optim.step()
+        amp.scaling.step(optim)   # fp16: unscaled, checked for inf/NaN, skipped if any
+        amp.scaling.update()
         optim.zero_grad()
         timeline.mark("optimizer")
         for scheduler in schedulers:
@@ -211,5 +232,5 @@ def dp_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
             indices, torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved)),
         "sync_bn_modules": sync_bn_modules,
         "model_state": memory.model_state(model, optim.optimizer),
-        "images_per_step": per_device * n_devices * grad_accum,
+        "images_per_step": per_device * n_devices * grad_accum, "precision": amp.to_dict(),
     }

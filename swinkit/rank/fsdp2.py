@@ -24,7 +24,16 @@ Each optimizer step (one iteration), in the order it runs, with ``K`` = ``grad_a
 Micro-batches before the last skip the reduce-scatter (``set_requires_gradient_sync(False)``:
 they accumulate unsharded gradients), as DDP's ``no_sync`` does. The model, data pipeline,
 optimizer (the preset's AdamW with its parameter groups, built on the sharded parameters), seed
-and images per device are the preset's, as in :mod:`swinkit.rank.ddp`; training is fp32.
+and images per device are the preset's, as in :mod:`swinkit.rank.ddp`.
+
+The precision is applied as the DDP loop applies it (:func:`~swinkit.rank.skeleton.rank_precision`):
+``torch.autocast`` around forward and loss only, TF32 switches as the precision sets them; the
+weights, their gradients and the reduce-scatter stay fp32. Not FSDP2's ``MixedPrecisionPolicy``:
+it casts the gathered parameters to its ``param_dtype`` (the all-gathers move bf16) and reduces
+the gradients in its ``reduce_dtype``, a different training with different traffic, so the
+comparison with DDP would compare precisions, not engines. fp16 is refused before launch: its
+loss scaling would unscale and inf-check FSDP's sharded gradients (DTensors, each rank's inf
+check agreed across ranks), which the DDP loop's GradScaler was not built or tested for.
 
 Collectives: FSDP2 calls them through ``torch.distributed`` (all-gather and reduce-scatter,
 :data:`swinkit.rank.engine_collectives.FSDP_OPS`), so the recorder wraps that module's functions
@@ -49,8 +58,8 @@ from swinkit.rank.dp_parts import module_bytes
 from swinkit.rank.engine_collectives import FSDP_OPS, CollectiveRecorder
 from swinkit.rank.errors import out_of_memory_named
 from swinkit.rank.rank_clocks import clock_offsets
-from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, run_steps,
-                                   seed_rank, timeline_fields)
+from swinkit.rank.skeleton import (Window, cuda_peaks, identity, loop_iterations, rank_precision,
+                                   run_steps, seed_rank, timeline_fields)
 
 ENTRY = "swinkit.rank.fsdp2:fsdp2_rank"
 
@@ -65,14 +74,16 @@ def shard(model: torch.nn.Module, fully_shard) -> list[str]:
 
 
 def _build(rank, cfg, seed: int, cuda: bool):
-    """The sharded model, its optimizer and schedulers, the whole model's bytes, its units."""
+    """The sharded model, its optimizer and schedulers, the whole model's bytes, its units,
+    the device and the training precision (applied before the model exists, as DDP's rank)."""
     dev = torch.device("cuda", rank.local_rank) if cuda else torch.device("cpu")
+    amp = rank_precision(cfg, dev)
     seed_rank(seed, rank.rank)
     model = build_segmentor(cfg).to(dev)
     whole = module_bytes(model)   # before sharding: what the traffic model counts
     units = shard(model, find_fully_shard())
     optim_wrapper, schedulers = build_optimizer(cfg, model)  # on the sharded parameters
-    return model, optim_wrapper.optimizer, schedulers, whole, units, dev
+    return model, optim_wrapper.optimizer, schedulers, whole, units, dev, amp
 
 
 def fsdp2_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
@@ -85,7 +96,7 @@ def fsdp2_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     cfg = load_config(preset, data_root, overrides, device=device)
     cuda = cfg.device == "cuda"
     baseline_rss = memory.rss_bytes()
-    model, optimizer, schedulers, whole, units, dev = _build(rank, cfg, seed, cuda)
+    model, optimizer, schedulers, whole, units, dev, amp = _build(rank, cfg, seed, cuda)
     loader = build_loader(cfg, rank=rank.rank, world_size=rank.world_size, workers=workers,
                           seed=seed, timeout_s=120 if (workers or cfg.loader_workers) else 0)
     stream = batches(loader)
@@ -94,7 +105,8 @@ def fsdp2_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
     sync_bn_modules = sync_bn.record_module_collectives(timeline, model)
     clocks = clock_offsets(rank)
     losses = []
-    step = _step(model, optimizer, schedulers, stream, timeline, recorder, grad_accum, losses)
+    step = _step(model, optimizer, schedulers, stream, timeline, recorder, grad_accum, losses,
+                 amp)
     window = Window(CpuUsage(), NvmlSampler(rank.local_rank) if cuda else None, cuda_peaks(cuda))
     with out_of_memory_named(rank.rank, cfg):
         starts = run_steps(rank, warmup + iters, warmup, step, window,
@@ -111,12 +123,14 @@ def fsdp2_rank(rank, preset: str = "test", iters: int = 10, warmup: int = 3,
         "memory": memory.peak_memory(cuda, baseline_rss),
         "model_state": memory.model_state(model, optimizer), "module_bytes": whole,
         "fsdp_units": units, "images_per_step": cfg.images_per_rank * grad_accum,
+        "precision": amp.to_dict(),
     }
 
 
 def _step(model, optimizer, schedulers, stream, timeline, recorder, grad_accum: int,
-          losses: list):
-    """One optimizer step of K micro-batches, its phases marked (see the module doc)."""
+          losses: list, amp):
+    """One optimizer step of K micro-batches, its phases marked (see the module doc); ``amp``
+    the training precision (:class:`~swinkit.model.precision.TrainingPrecision`)."""
     def step(n):
         timeline.begin()
         micro = []
@@ -125,7 +139,8 @@ def _step(model, optimizer, schedulers, stream, timeline, recorder, grad_accum: 
             data = model.data_preprocessor(next(stream), training=True)
             timeline.mark("data_wait")
             recorder.phase = "forward"
-            loss, _ = model.parse_losses(model(**data, mode="loss"))
+            with amp.autocast():   # forward and loss only; weights and gradients stay fp32
+                loss, _ = model.parse_losses(model(**data, mode="loss"))
             timeline.mark("forward")
             recorder.phase = "backward"
             (loss / grad_accum).backward()

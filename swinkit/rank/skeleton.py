@@ -113,3 +113,16 @@ def seed_rank(seed: int, rank: int) -> None:
     np.random.seed(seed + rank)
     random.seed(seed + rank)
     torch.manual_seed(seed)
+
+
+def rank_precision(cfg, device):
+    """The preset's training precision applied in this rank's process, as DDP's rank applies
+    it (:func:`swinkit.model.precision.training_precision`: TF32 and cuDNN switches set, the
+    autocast context and loss scaling returned), from ``cfg``'s ``precision`` and
+    ``cudnn_benchmark`` knobs (the supervisor put ``--precision`` among the overrides and
+    checked it against the engine and the device before launch). A rank's result carries
+    its ``to_dict()`` as ``"precision"``."""
+    from swinkit.model.precision import training_precision
+    from swinkit.precision import DEFAULT
+    return training_precision(cfg.get("precision", DEFAULT), device,
+                              cudnn_benchmark=bool(cfg.get("cudnn_benchmark", False)))

@@ -26,8 +26,9 @@ def compare_table(rows: list[dict], skipped: dict | None = None, failed: dict | 
             + "".join(f"{_SHORT[k]:>8}" for k in BLAME_KEYS)
             + f"{'msg MB':>9}{'wire MB':>9}{'rounds':>7}{'comm/img s':>11}{'peak MB':>9}"
             f"{'optst MB':>9}")
-    lines = ["engines side by side (blame s per iteration; bytes per optimizer step and rank)",
-             head]
+    precisions = ", ".join(dict.fromkeys(r.get("precision") or "fp32" for r in rows))
+    lines = ["engines side by side (blame s per iteration; bytes per optimizer step and rank)"
+             + (f"; precision {precisions}" if rows else ""), head]
     world = None
     for r in rows:
         if world is not None and r["world_size"] != world:

@@ -11,9 +11,13 @@ rank module (on :mod:`swinkit.rank.skeleton`'s loop) and one record here.
 Keys are the comparison's and asv's names (``ddp``, ``zero1``, ``dp_vanilla``, ...): each names an
 engine with some of its options fixed (``zero1``: DeepSpeed with ``zero=1``).
 
-``precisions`` is what each engine's rank applies today: every precision in DDP's loop (which
-applies ``cudnn_benchmark`` with it), fp32 in the others; an engine that learns bf16 lists it
-and its rank reads ``cfg.precision`` from the overrides it already receives.
+``precisions`` is what each engine's rank applies, each the DDP loop's way (autocast around
+forward and loss, fp32 weights, gradients and reductions; ``cudnn_benchmark`` with it;
+docs/precision.md): every precision in DDP's loop and DataParallel's (one process, one
+optimizer: fp16's GradScaler fits it as it is); fp32, tf32 and bf16 in DeepSpeed's and FSDP2's,
+whose fp16 loss scaling would go through the engine's own backward or sharded gradients and is
+refused. A rank reads ``cfg.precision`` from the overrides it receives; a precision or
+``cudnn_benchmark`` an engine does not list is refused before launch, naming both.
 """
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ class Engine:
         own_timers: the rank reports the engine's own timers (``ds_timers``), checked against
             the timeline.
         instrumentation: what measures phases, collectives, engine timers, comms log.
-        precisions: the training precisions its rank applies.
+        precisions: the training precisions its rank applies (the DDP loop's way).
         table_title: how a run's phase table names it (None: by its key, ``zero2``).
     """
     name: str
@@ -153,6 +157,9 @@ def _check_fully_shard(spec) -> None:
 
 
 _RING = "the timeline's collectives with their bytes"
+# autocast without loss scaling: fp16 would need DeepSpeed's engine.backward or FSDP's sharded
+# gradients to take the DDP loop's GradScaler, which they do not cleanly
+AUTOCAST_ONLY = tuple(p for p in PRECISIONS if p != "fp16")
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine(
         name="ddp", what="torch DistributedDataParallel, swinkit's instrumented loop",
@@ -174,7 +181,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
                             "with DS_BUILD_OPS=0)"),
         env=lambda device: {"DS_ACCELERATOR": "cuda" if device == "cuda" else "cpu"},
         traffic_model=_zero_model, block_fields=("comms_logger", "ds_config", "deepspeed"),
-        own_timers=True,
+        own_timers=True, precisions=AUTOCAST_ONLY,
         instrumentation={
             "phases": "swinkit timeline marks around engine(), engine.backward(), "
                       "engine.step()",
@@ -190,7 +197,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
                            "states sharded, gathered per unit",
         entry="swinkit.rank.fsdp2:fsdp2_rank", shape="ranks", keys={"fsdp2": {}},
         compared=("fsdp2",), check=_check_fully_shard, traffic_model=_fsdp_model,
-        block_fields=("fsdp_units",),
+        block_fields=("fsdp_units",), precisions=AUTOCAST_ONLY,
         instrumentation={
             "phases": "swinkit timeline marks around forward, backward, optimizer step",
             "collectives": "wrappers on torch.distributed's all-gather and reduce-scatter: "
@@ -200,7 +207,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
         name="dp", what="torch.nn.DataParallel (one process, N GPUs)",
         entry="swinkit.rank.dp:dp_rank", shape="one_process", keys={"dp": {}},
         compared=("dp",), check=_check_dp, rank_kwargs={"vanilla": False},
-        traffic_source="copies", traffic_model=_dp_model,
+        traffic_source="copies", traffic_model=_dp_model, precisions=tuple(PRECISIONS),
         instrumentation={
             "phases": "swinkit timeline around the DataParallel call (copies inside forward)",
             "collectives": "bytes of scatter / replicate / gather counted in DataParallel's "
@@ -210,7 +217,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
         name="dp-vanilla", what="DataParallel from torch.nn.parallel's primitives, each timed",
         entry="swinkit.rank.dp:dp_rank", shape="one_process", keys={"dp_vanilla": {}},
         compared=("dp_vanilla",), check=_check_dp, rank_kwargs={"vanilla": True},
-        traffic_source="copies", traffic_model=_dp_model,
+        traffic_source="copies", traffic_model=_dp_model, precisions=tuple(PRECISIONS),
         instrumentation={
             "phases": "swinkit timeline; scatter, replicate and gather each a span "
                       "(exposed_comm), parallel_apply forward",

@@ -48,6 +48,8 @@ def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=prin
         "injection_text": None, "threads_per_rank": lc.threads_per_rank,
         "loader_workers": ranks[0]["loader_workers"], "images_per_rank": cfg.images_per_rank,
         "crop_size": list(cfg.crop_size),
+        # the precision the ranks applied, as rank 0 labelled it (as DDP's result has it)
+        "precision": ranks[0].get("precision"),
         "utilisation": {str(r["rank"]): {"cpu": r["cpu"], "gpu": r["gpu"]} for r in ranks},
         "environment": environment(), "wall_s": run.wall_s, "ranks": ranks,
     }
@@ -67,9 +69,12 @@ def run_engine(spec: EngineSpec, quiet: bool = True, run_dir=None, progress=prin
 def _launch_ranks(spec: EngineSpec, cfg, lc: LaunchConfig, quiet: bool, run_dir):
     """Start the record's entry in its shape: (the launch, world size, backend named)."""
     rec = spec.record
+    overrides = dict(spec.run.overrides)
+    if spec.run.precision:   # the spec's field, as DDP's ranks receive it: the preset knob here
+        overrides["precision"] = spec.run.precision
     kwargs = dict(preset=spec.run.preset, iters=spec.run.iters, warmup=spec.run.warmup,
                   workers=spec.run.workers, data_root=cfg.data_root,
-                  overrides=dict(spec.run.overrides), grad_accum=spec.grad_accum,
+                  overrides=overrides, grad_accum=spec.grad_accum,
                   **rec.rank_kwargs, **spec.options())
     if rec.shape == "one_process":
         one = LaunchConfig(nproc_per_node=1, backend="gloo", threads_per_rank=lc.threads_per_rank,
@@ -159,6 +164,8 @@ def compare_rows(runs: dict) -> list[dict]:
             "peak_memory_bytes": eng["peak_memory_bytes"],
             "optimizer_state_bytes": _state(eng, "optimizer_states"),
             "grad_accum": eng["grad_accum"],
+            # the label the ranks gave it; a result from before precisions were applied: fp32
+            "precision": (r.get("precision") or {}).get("label") or "fp32",
         })
     return rows
 
