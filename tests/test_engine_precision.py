@@ -270,12 +270,19 @@ def test_attribute_run_takes_precision_and_hands_it_to_every_launch(monkeypatch,
     for argv, message in (
             (["attribute", "--precision", "bf16"], "--precision bf16 applies to the attribution "
                                                    "measured now"),
-            (["what-if", "amp_bf16", "--run", "--precision", "bf16"], "what-ifs run the preset's"),
             (["attribute", "--run", "--precision", "fp16"], "--precision fp16 is refused on CPU")):
         if torch.cuda.is_available() and "CPU" in message:
             continue
         assert main([*argv, "--preset", "test"]) == 2
         assert message in capsys.readouterr().err
+    # tools/attribute.py takes --what-if and --precision in one parser: refused together; the
+    # what-if subcommand has no --precision at all
+    assert attribute_compat.main(["--what-if", "amp_bf16", "--run", "--preset", "test",
+                                  "--precision", "bf16"]) == 2
+    assert "what-ifs run the preset's" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["what-if", "amp_bf16", "--run", "--preset", "test", "--precision", "bf16"])
+    assert exit_.value.code == 2 and "--precision" in capsys.readouterr().err
     assert asked == ["bf16", "bf16", None]
 
 

@@ -36,7 +36,9 @@ def add_parsers(sub) -> None:
                    help="remedies, comma-separated, 'default' or 'all' (default: default)")
     p.add_argument("--list", dest="list_remedies", action="store_true",
                    help="list the what-if catalogue")
-    add_attribute_args(p)
+    # no --precision: each what-if runs the preset's precision beside its own (amp_bf16 and
+    # tf32 are the precision what-ifs), so the option could only be refused here
+    add_attribute_args(p, precision_help=None)
 
 
 RUN_PRECISION_HELP = ("with --run: the training precision the runs apply, autocast around "
@@ -44,8 +46,9 @@ RUN_PRECISION_HELP = ("with --run: the training precision the runs apply, autoca
                       "the preset's, fp32; docs/precision.md)")
 
 
-def add_attribute_args(p: argparse.ArgumentParser, precision_help: str = RUN_PRECISION_HELP,
-                       ) -> None:
+def add_attribute_args(p: argparse.ArgumentParser,
+                       precision_help: str | None = RUN_PRECISION_HELP) -> None:
+    """The attribution's options on ``p``; ``precision_help`` None: no ``--precision``."""
     options.add_stored(p)
     p.add_argument("--against", help="another commit to compare with")
     p.add_argument("--run", action="store_true", help="measure now instead of reading asv results")
@@ -55,7 +58,8 @@ def add_attribute_args(p: argparse.ArgumentParser, precision_help: str = RUN_PRE
                    help="with --run: weak = images per rank fixed (the thesis's runs); strong = "
                         "the global batch fixed (the preset's images per rank x the largest "
                         "world size), divided among the ranks")
-    options.add_precision(p, precision_help)
+    if precision_help is not None:
+        options.add_precision(p, precision_help)
     options.add_outputs(p)
 
 
