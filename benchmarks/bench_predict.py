@@ -1,10 +1,11 @@
-"""The separate-launch prediction tracked over commits: world size 2 predicted from world size 1's run
-plus what is cheap to time at 2 without the model (the buckets' all-reduces, the buffer
-broadcast, the loaders' supply), and the error per predictor against the run at 2: swinkit's,
+"""The separate-launch prediction tracked over commits (with ``SWINKIT_PREDICT=1`` or
+``SWINKIT_DDP=all``: not in the default run, see bench_ddp): world size 2 predicted from
+world size 1's run plus what is cheap to time at 2 without the model (the buckets'
+all-reduces, the buffer broadcast, the loaders' supply), and the error per predictor against the run at 2: swinkit's,
 and the two naive ones beside it (perfect scaling, T(1) plus the all-reduce at 2).
 
 The runs at 1 and 2 are bench_ddp's own (weak, paired): this class shares its setup_cache,
-which adds only the timings at 2 (one launch without the model). The run at 2 was made first:
+which adds only the timings at 2 (two launches without the model). The run at 2 was made first:
 the prediction reads nothing of it (a separate launch, apart from it), but it is not made
 before it, so these tracks are not held out in the strict sense `swinkit scorecard` keeps
 (predicted before and apart from the run scored). Its median iteration scores the prediction,

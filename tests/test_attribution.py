@@ -344,6 +344,21 @@ def test_prediction_uses_the_ddp_runs_preset_or_none(tmp_path):
     assert report["runs"][0]["predicted_iter_s"] is None
 
 
+def test_the_isolated_prediction_at_one_rank_takes_no_all_reduce_where_none_was_timed(tmp_path):
+    """The default suite times no all-reduce at world size 1 (one rank moves nothing): the
+    isolated prediction there takes 0 s for it rather than going missing; timed, its value."""
+    from swinkit.attribution import asv_names as names
+    from swinkit.attribution.inputs import from_asv
+    results = _asv_result(tmp_path, ["test"], "test")
+    assert from_asv(results).isolated[1].allreduce_s == pytest.approx(0.01)
+    stored = next((results / "box").glob("*-env.json"))
+    data = json.loads(stored.read_text())
+    del data["results"][names.ALLREDUCE_TIME]
+    stored.write_text(json.dumps(data))
+    isolated = from_asv(results).isolated[1]
+    assert isolated.allreduce_s == 0.0 and isolated.forward_s == pytest.approx(0.2)
+
+
 def test_the_prediction_made_in_the_ddp_runs_own_launch_wins_over_the_isolated_one(tmp_path):
     """bench_ddp stored a prediction made from components measured in its own launch: 0.97 s
     against the measured 1.0 s, an error of -3 %. The isolated benchmarks would predict

@@ -159,9 +159,15 @@ def test_a_small_grid_end_to_end(data_root, tmp_path, no_orphans, capsys):
 def test_the_asv_grid_skips_what_it_does_not_run_and_reads_misses_as_nan(monkeypatch):
     """bench_converge's setup_cache on a fake grid: world sizes 4 and 8 skipped for the cores
     (2 here, set below), batch 4 and the rule none skipped with the variable that brings them
-    back, a failed launch failed with its reason, a missed cell NaN (never a number)."""
+    back, a failed launch failed with its reason, a missed cell NaN (never a number). (As
+    SWINKIT_CONVERGE=1 runs it; the default run trains nothing, saying how to have it.)"""
     from benchmarks import bench_converge as bench
     from swinkit.runs import sweep as sweeps
+    monkeypatch.setattr(bench, "bench_cells", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr(bench, "ASKED", False)
+    with pytest.raises(NotImplementedError, match="SWINKIT_CONVERGE=1"):
+        bench.Convergence().setup(bench.Convergence().setup_cache(), 1, 2, "linear")
+    monkeypatch.setattr(bench, "ASKED", True)
     monkeypatch.setattr(sweeps.os, "cpu_count", lambda: 2)
     monkeypatch.delenv("SWINKIT_OVERSUBSCRIBE", raising=False)
     cell = {"steps": 120, "time_to_target_s": 12.0, "reached": 3}
@@ -240,6 +246,7 @@ def test_an_older_commit_without_convergence_is_skipped_not_failed(monkeypatch):
     """asv's history mode runs this file against commits whose swinkit has no converge."""
     from benchmarks import bench_converge as bench
     monkeypatch.setattr(bench, "_has_convergence", lambda: False)
+    monkeypatch.setattr(bench, "ASKED", True)   # SWINKIT_CONVERGE=1
     sweep = bench.Convergence().setup_cache()
     with pytest.raises(NotImplementedError, match="has no convergence run"):
         bench.Convergence().setup(sweep, 1, 2, "linear")

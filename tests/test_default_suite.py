@@ -40,21 +40,25 @@ def bench_engines(monkeypatch):
     yield from _reloaded("bench_engines", "SWINKIT_ENGINES", monkeypatch)
 
 
-def test_default_engines_leave_out_zero_at_one_rank_and_k_2_with_the_reason(bench_engines,
-                                                                            monkeypatch):
+def test_default_engines_leave_out_zero_at_one_rank_and_accumulation_with_the_reason(
+        bench_engines, monkeypatch):
     calls = []
     monkeypatch.setattr(bench_engines, "engine_sweep", _fake_engine_sweep(calls))
     monkeypatch.setattr(bench_engines, "WORLD_SIZES", (1, 2))
     monkeypatch.setattr(bench_engines, "preset", lambda: "test")
     cache = bench_engines._engines_and_accumulation(None)
-    # world size 1: ZeRO not launched; above it: every engine; accumulation only at K = 4
+    # world size 1: ZeRO not launched; above it: every engine; no accumulation launched (K = 1
+    # is the ddp engine's run, read by GradAccum)
     assert ("zero1", 1) not in cache["engines"].results
-    assert set(cache["accumulation"]) == {4}
+    assert cache["accumulation"] == {}
     with pytest.raises(NotImplementedError, match="SWINKIT_ENGINES=all"):
         bench_engines.Engine().setup(cache, 1, "zero1")
-    with pytest.raises(NotImplementedError, match="K = 2.*SWINKIT_ENGINES=all"):
-        bench_engines.GradAccum().setup(cache, 2, 2)
-    bench_engines.GradAccum().setup(cache, 2, 4)
+    for k in (2, 4):
+        with pytest.raises(NotImplementedError, match=f"K = {k}.*SWINKIT_ENGINES=all"):
+            bench_engines.GradAccum().setup(cache, 2, k)
+    bench_engines.GradAccum().setup(cache, 2, 1)
+    assert bench_engines.GradAccum().track_step(cache, 2, 1) == \
+        bench_engines.Engine().track_iteration(cache, 2, "ddp")
     # ZeRO-1's efficiency at 2: DDP's step at 1 (1.0 s) over ZeRO-1's at 2 (3.0 s), not ZeRO-1
     # at 1 over it (which was not run; it would be 1.5 / 3.0)
     assert bench_engines.Engine().track_efficiency(cache, 2, "zero1") == pytest.approx(1 / 3)
@@ -131,7 +135,50 @@ def test_loader_sweep_measures_each_setting_in_one_launch():
 
 @pytest.fixture
 def bench_ddp(monkeypatch):
+    """bench_ddp as SWINKIT_PREDICT=1 has it (the held-out prediction on, strong scaling off)."""
+    monkeypatch.setenv("SWINKIT_PREDICT", "1")
     yield from _reloaded("bench_ddp", "SWINKIT_DDP", monkeypatch)
+
+
+def test_the_default_run_leaves_out_the_held_out_prediction_saying_how_to_have_it(monkeypatch):
+    monkeypatch.delenv("SWINKIT_PREDICT", raising=False)
+    for module in _reloaded("bench_ddp", "SWINKIT_DDP", monkeypatch):
+        monkeypatch.setattr(module, "_held_out", lambda *a, **k: pytest.fail("predicted"))
+        sweep = module.with_strong_scaling(Sweep(results={1: {"iter_s": 1.0},
+                                                          2: {"iter_s": 1.1}}), "test", [1, 2])
+        from benchmarks import bench_predict
+        with pytest.raises(NotImplementedError, match="SWINKIT_PREDICT=1"):
+            bench_predict.HeldOut().setup(sweep, "model")
+        assert module.Scaling().track_efficiency(sweep, 2, "weak") == pytest.approx(1 / 1.1)
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_the_default_run_leaves_out_the_all_reduce_at_one_rank(monkeypatch, everything):
+    """An all-reduce over one rank moves nothing: not launched by default, skipped with the
+    variable that brings it back; SWINKIT_COMM=all runs it."""
+    with monkeypatch.context() as env:
+        if everything:
+            env.setenv("SWINKIT_COMM", "all")
+        else:
+            env.delenv("SWINKIT_COMM", raising=False)
+        module = importlib.reload(importlib.import_module("benchmarks.bench_comm"))
+        asked = []
+
+        def sweep_of(world_sizes, preset):
+            asked.append(list(world_sizes))
+            return Sweep(results={ws: {"ddp_buckets/fp32": {}} for ws in world_sizes})
+        env.setattr(module, "_allreduce_sweep", sweep_of)
+        env.setattr(module, "WORLD_SIZES", [1, 2])
+        env.setattr(module, "preset", lambda: "test")
+        sweep = module.AllReduce().setup_cache()
+        assert asked == ([[1, 2]] if everything else [[2]])
+        module.AllReduce().setup(sweep, 2, "ddp_buckets", "fp32")
+        if everything:
+            module.AllReduce().setup(sweep, 1, "ddp_buckets", "fp32")
+        else:
+            with pytest.raises(NotImplementedError, match="SWINKIT_COMM=all"):
+                module.AllReduce().setup(sweep, 1, "ddp_buckets", "fp32")
+    importlib.reload(importlib.import_module("benchmarks.bench_comm"))  # as the environment is
 
 
 def test_ddp_default_leaves_out_strong_scaling_and_adds_the_held_out_prediction(bench_ddp,

@@ -464,7 +464,9 @@ def ddp_runs(data_root):
 def zero_runs(data_root):
     if not HAS_DEEPSPEED:
         pytest.skip("DeepSpeed is not installed")
-    return {(z, ws): _engine(data_root, "deepspeed", ws, zero=z) for z in (1, 2) for ws in (1, 2)}
+    # world size 2 only: at one rank ZeRO partitions nothing (its loss there is DDP's by the
+    # same check at 2, and the state it would hold is written out below)
+    return {(z, 2): _engine(data_root, "deepspeed", 2, zero=z) for z in (1, 2)}
 
 
 @pytest.mark.slow
@@ -505,8 +507,8 @@ def _timed_like_ddp_with_its_losses(r, ddp_run):
 @pytest.mark.slow
 @needs_deepspeed
 @pytest.mark.parametrize("zero", [1, 2])
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_zero_runs_the_preset_and_matches_ddp_loss(zero_runs, ddp_runs, zero, world_size):
+def test_zero_runs_the_preset_and_matches_ddp_loss(zero_runs, ddp_runs, zero):
+    world_size = 2
     r = zero_runs[(zero, world_size)]
     assert r["world_size"] == world_size and r["backend"] == "gloo"
     assert r["engine"]["key"] == f"zero{zero}"
@@ -524,10 +526,10 @@ def test_zero_shards_optimizer_states_and_counts_its_collectives(zero_runs, test
     model = build_segmentor(test_cfg)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     for zero in (1, 2):
-        one = zero_runs[(zero, 1)]["engine"]["model_state"]["0"]["optimizer_states"]
         two = zero_runs[(zero, 2)]["engine"]["model_state"]["0"]["optimizer_states"]
-        assert one >= 2 * 4 * n_params                       # Adam's two fp32 moments, all
-        assert two == pytest.approx(one / 2, rel=0.01)       # half of them on each of 2 ranks
+        # Adam's two fp32 moments per parameter, half of them on each of 2 ranks (ZeRO pads
+        # its partitions: within 1 %)
+        assert two == pytest.approx(2 * 4 * n_params / 2, rel=0.01)
         eng = zero_runs[(zero, 2)]["engine"]
         ops = eng["traffic"]["by_op"]
         # the gradients are reduced (DeepSpeed all-reduces the bucket) and the updated

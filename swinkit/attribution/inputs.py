@@ -224,11 +224,17 @@ def _isolated_from_asv(data: dict, measured: dict[int, Measured],
             out[ws] = Isolated(ws, get("forward"), get("forward_backward"), get("optimizer"),
                                int(images[key]["value"]), workers,
                                supply[(str(ws), str(workers))]["value"],
-                               comm[(str(ws), "preset_buckets", "fp32")]["value"],
+                               _allreduce_s(comm, ws),
                                meta[key]["value"])
         except KeyError:
             continue  # that component was not measured at this world size: no prediction
     return out, None
+
+
+def _allreduce_s(comm: dict[tuple, dict], world_size: int) -> float:
+    """bench_comm's all-reduce of the preset's buckets; 0 untimed at one rank (moves nothing)."""
+    key = (str(world_size), "preset_buckets", "fp32")
+    return comm[key]["value"] if key in comm or world_size > 1 else 0.0
 
 
 def _in_precision(model: dict[tuple, dict], precision: str = "fp32") -> dict[tuple, dict]:
@@ -287,8 +293,8 @@ def held_out_from_asv(results_dir: Path, machine: str | None = None,
     if not found:
         what = " and ".join(x for x in (machine and f"machine {machine!r}",
                                         commit and f"commit {commit}") if x) or "any commit"
-        raise InputError(f"no held-out prediction kept for {what} in {kept}: run `python "
-                         "tools/suite.py` (its bench_predict keeps one per commit), or measure "
-                         "now with --run")
+        raise InputError(f"no held-out prediction kept for {what} in {kept}: run "
+                         "`SWINKIT_PREDICT=1 python tools/suite.py -b bench_ddp` (bench_predict "
+                         "keeps one per commit), or measure now with --run")
     _, path, report = max(found, key=lambda f: f[0])
     return report, path
