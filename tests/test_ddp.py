@@ -164,9 +164,13 @@ def test_ground_truth_injection_is_blamed_on_its_component(data_root, kind, rank
     elif kind == "comm_scale":
         # a collective runs at its slowest link's pace: the cost is every rank's transfer and
         # nobody arrives late, so no rank may be blamed for it (ordinary jitter between ranks
-        # still makes small waits in compute phases: those are not the injection's)
+        # still makes small waits in compute phases: those are not the injection's). On two
+        # shared CPU cores gloo's copy threads and the ranks' compute take turns, so a rank
+        # now and then reaches the next collective late from exposed_comm: 18 % of the added
+        # time once in a full CI run (7 of 7 alone under 15 %). A blame that charged the
+        # transfer to a rank would charge most of it, which 25 % still catches.
         caused = (straggler.get("by_phase") or {}).get("exposed_comm", 0.0)
-        assert caused <= 0.15 * added, straggler
+        assert caused <= 0.25 * added, straggler
 
 
 @pytest.mark.slow

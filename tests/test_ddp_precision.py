@@ -273,6 +273,14 @@ def test_the_lost_time_split_in_two_precisions_side_by_side():
     assert "  exposed_comm      +0.1500 (+75%)            +0.1800 (+90%)" in text.splitlines()
     assert "  total                    +0.2000                   +0.2000" in text.splitlines()
     assert "loader demand per rank: 2.9 images/s in fp32, 4.4 in bf16" in text
+    # the report's page holds the same table
+    from swinkit.report.html_advice import what_if
+    row = {"name": "amp_bf16", "world_size": 2, "predicted_iter_s": 0.4, "measured_iter_s": 0.45,
+           "prediction_error": -0.11}
+    page = what_if({"what_if": [row], "what_if_precision_shift": [shift]})
+    assert "fp32 beside bf16 (amp_bf16)" in page and '<th scope="col">bf16</th>' in page
+    assert "+0.1500 (+75%)" in page and "+0.1800 (+90%)" in page
+    assert "2.9 images/s in fp32, 4.4 in bf16" in page
 
 
 def test_a_paired_runs_local_steps_carry_its_precision():

@@ -42,6 +42,29 @@ def what_if(r: dict) -> str:
     if corr:
         out += para("Ranking of remedies, predicted against measured (Spearman): "
                     + ", ".join(f"N={ws}: {v:+.2f}" for ws, v in corr.items()) + ".")
+    return out + "".join(_precision_shift(s) for s in r.get("what_if_precision_shift") or [])
+
+
+def _precision_shift(s: dict) -> str:
+    """A precision what-if's lost time split beside the baseline's (the text report's lines
+    as a table), and the loader's demand per rank in each precision."""
+    b, w = s["baseline"], s["remedy"]
+    names = [(label or "-").split(" (")[0] for label in (s["baseline_precision"], s["precision"])]
+
+    def cell(split, phase):
+        share = split["share"][phase]
+        return num(split["lost_s"][phase], "{:+.4f}") + (
+            "" if share is None else f" ({share:+.0%})")
+    rows = [[phase, cell(b, phase), cell(w, phase)] for phase in b["lost_s"]]
+    rows.append(["total", num(b["total_s"], "{:+.4f}"), num(w["total_s"], "{:+.4f}")])
+    out = table(["phase", *names], rows, label_cols=[0],
+                caption=f"Lost time at N={s['world_size']} against N="
+                        f"{s['reference_world_size']}, s per iteration (share of the loss): "
+                        f"{s['baseline_precision']} beside {s['precision']} ({s['name']})")
+    demand = s["loader_demand_images_per_s"]
+    if demand["baseline"] and demand["remedy"]:
+        out += para(f"Loader demand per rank: {demand['baseline']:.1f} images/s in {names[0]}, "
+                    f"{demand['remedy']:.1f} in {names[1]}.")
     return out
 
 
