@@ -5,7 +5,7 @@ asv's history. The default run tracks one remedy, the bf16 compression hook (wha
 how often is bench_engines' GradAccum), predicted and run at half a minute a launch on 2 CPU
 cores; the rest with ``SWINKIT_WHATIF=all``, ``default`` (the report's six) or comma-separated
 names. The remedies run where there is communication to change (world
-size > 1), and so does the baseline by default (the default ``asv run`` holds to 12 minutes on
+size > 1), and so does the baseline by default (the default ``asv run`` holds to 8 minutes on
 2 CPU cores; world size 1 would add two launches): ``SWINKIT_WHATIF_WORLD_SIZES=1,2`` adds
 world size 1, the efficiency's reference (without it the efficiency is n/a). World sizes the
 machine cannot hold are skipped with the reason.

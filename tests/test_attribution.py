@@ -357,6 +357,10 @@ def test_the_isolated_prediction_at_one_rank_takes_no_all_reduce_where_none_was_
     stored.write_text(json.dumps(data))
     isolated = from_asv(results).isolated[1]
     assert isolated.allreduce_s == 0.0 and isolated.forward_s == pytest.approx(0.2)
+    # above one rank an untimed all-reduce is no 0: that world size gets no isolated prediction
+    from swinkit.attribution.inputs import _allreduce_s
+    with pytest.raises(KeyError):
+        _allreduce_s({}, 2)
 
 
 def test_the_prediction_made_in_the_ddp_runs_own_launch_wins_over_the_isolated_one(tmp_path):

@@ -1,4 +1,4 @@
-"""The default asv run's trimmed sets (it holds to 12 minutes on 2 CPU cores): what is left out
+"""The default asv run's trimmed sets (it holds to 8 minutes on 2 CPU cores): what is left out
 is skipped with the reason and the variable that brings it back, the efficiency's reference is
 stated, and the loader's settings share one launch without mixing their numbers."""
 import importlib
@@ -135,9 +135,13 @@ def test_loader_sweep_measures_each_setting_in_one_launch():
 
 @pytest.fixture
 def bench_ddp(monkeypatch):
-    """bench_ddp as SWINKIT_PREDICT=1 has it (the held-out prediction on, strong scaling off)."""
-    monkeypatch.setenv("SWINKIT_PREDICT", "1")
-    yield from _reloaded("bench_ddp", "SWINKIT_DDP", monkeypatch)
+    """bench_ddp as SWINKIT_PREDICT=1 has it (the held-out prediction on, strong scaling off),
+    reloaded afterwards as the environment has it."""
+    with monkeypatch.context() as env:
+        env.setenv("SWINKIT_PREDICT", "1")
+        env.delenv("SWINKIT_DDP", raising=False)
+        yield importlib.reload(importlib.import_module("benchmarks.bench_ddp"))
+    importlib.reload(importlib.import_module("benchmarks.bench_ddp"))
 
 
 def test_the_default_run_leaves_out_the_held_out_prediction_saying_how_to_have_it(monkeypatch):

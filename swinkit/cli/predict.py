@@ -138,7 +138,10 @@ def _predict(args) -> tuple[dict, list[str]]:
     else:  # from the held-out report asv's bench_predict kept for the commit
         from swinkit.attribution.inputs import held_out_from_asv
         kept, path = held_out_from_asv(options.results_dir(args), args.machine, args.commit)
-        print(f"from the held-out prediction kept by asv's bench_predict: {path}")
+        # without --commit the newest kept, which may be an older commit's (the default
+        # suite keeps none): the commit is said
+        print(f"from the held-out prediction asv's bench_predict kept for commit "
+              f"{str(kept.get('commit') or path.stem)[:8]}: {path}")
         report = dict(_from_stored(args, kept), source=str(path))
     return report, held_out_lines(report)
 

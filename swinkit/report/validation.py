@@ -145,9 +145,10 @@ def cell_notes(validation: dict) -> list[str]:
                        f"{1e3 * c['iteration_threshold_s']:.1f} ms on the iteration (twice the "
                        "noise of the median difference)"
                        + (f"; the delay added {1e3 * c['truth_s']:.1f} ms of the "
-                          f"{1e3 * c['amount_s']:.1f} asked to the late rank's backward (what "
-                          "the other ranks are held to; less than asked where ranks share "
-                          "cores)" if "truth_s" in c else ""))
+                          f"{1e3 * c['amount_s']:.1f} asked to the late rank's backward (less "
+                          "where ranks share cores) and cost the others "
+                          + ", ".join(f"{1e3 * w:.1f}" for w in c["waits_s"].values())
+                          + " ms, what each is held to" if "waits_s" in c else ""))
     return out
 
 
