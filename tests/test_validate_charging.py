@@ -78,9 +78,10 @@ def test_the_current_blame_passes_every_cell(monkeypatch, tmp_path, capsys):
     assert code == 0, [c["failures"] for c in record["cells"] if not c.get("passed")]
     assert v.tally(record["cells"]) == {"passed": 12, "failed": 0, "skipped": 0,
                                         "inconclusive": 0, "run": 12}
-    # 13 runs for 12 cells: the two stragglers' backward alone is the one-rank cell's run,
-    # their loading alone on rank 0 and both at once are their own
-    assert len(runs) == len(set(runs)) == 13
+    # 14 runs for 12 cells: the two stragglers' three (both at once, each delay alone) at 4 x
+    # the iterations, so their backward alone repeats the one-rank cell's injection
+    assert len(runs) == 14 and len(set(runs)) == 13
+    assert runs.count("backward_ms=120,ranks=1,every=2") == 2
     assert "data_ms=7.5,ranks=0,every=2" in runs   # the pair's loading: 15 ms over 2 images
     out = capsys.readouterr().out
     assert "two_stragglers" in out and "small_backward" in out
@@ -169,6 +170,30 @@ def test_two_stragglers_held_to_each_delay_alone_and_their_sum_shown():
     assert cell["sum_alone_s"] == pytest.approx(0.240, rel=0.05)
     assert cell["added_s"] == pytest.approx(cell["sum_alone_s"], rel=0.05)
     assert cell["late"] == {"0": "data_wait", "1": "backward"}
+
+
+def test_two_stragglers_tolerance_takes_the_noise_of_both_runs():
+    """Each rank's loading in the pair's run against the loading delay alone compares two
+    runs' medians: rank 0's read 30 % low fails at the runs' own noise (3 ms, tolerance 20 %)
+    and passes where each run's threshold is 30 ms (combined sqrt(2) x 30 = 42 ms of the
+    120 ms alone: tolerance 0.35)."""
+    from swinkit.attribution.validation_cells import score_pair
+    data = Injection(data_ms=60, ranks=(0,), every=2)
+    late = Injection(backward_ms=120, ranks=(1,), every=2)
+
+    def scored(noise_s):
+        both = run_result(_spec(combine([data, late])))
+        alone = {"data_ms": run_result(_spec(data)), "backward_ms": run_result(_spec(late))}
+        both["injection_effect"]["per_rank"]["0"]["growth_s"]["data_wait"] *= 0.7
+        for result in (both, alone["data_ms"]):
+            result["injection_effect"]["noise_s"]["data_wait"] = noise_s
+        return score_pair(both, alone)
+    quiet = scored(0.003)
+    assert quiet["passed"] is False and quiet["tolerance"]["data_wait"] == pytest.approx(0.2)
+    assert "data_wait on rank 0 0.7" in quiet["failures"][0]
+    noisy = scored(0.030)
+    assert noisy["tolerance"]["data_wait"] == pytest.approx(2 ** 0.5 * 0.030 / 0.120, rel=0.05)
+    assert noisy["passed"], noisy["failures"]
 
 
 def test_a_delay_below_the_detection_threshold_gets_no_verdict_and_says_so():

@@ -98,11 +98,15 @@ class ValidateSpec:
         return Injection(**{case: value}, ranks=ranks, every=2)
 
     def run_spec(self, world_size: int, case: str, placement: str,
-                 images_per_rank: int = 1, amount_ms: float | None = None) -> DDPRunSpec:
-        """The run of one cell (``placement``: all, one, or a rank's number)."""
+                 images_per_rank: int = 1, amount_ms: float | None = None,
+                 scale: int = 1) -> DDPRunSpec:
+        """The run of one cell (``placement``: all, one, or a rank's number; ``scale``: times
+        the matrix's iterations, as the two stragglers' delays alone run)."""
         launch = LaunchConfig(allow_oversubscribe=self.oversubscribe,
                               wall_timeout_s=self.wall_timeout_s)
-        iters = self.iters * (cells_.SMALL_ITERS if case == scoring.SMALL_DELAY else 1)
+        scale = {scoring.SMALL_DELAY: cells_.SMALL_ITERS,
+                 scoring.TWO_STRAGGLERS: cells_.PAIR_ITERS}.get(case, scale)
+        iters = self.iters * scale
         # workers 0: data_ms with every=2 needs the loading in step with the iterations
         return DDPRunSpec(preset=self.preset, nproc_per_node=world_size, iters=iters,
                           warmup=self.warmup, workers=0, data_root=self.data_root,
@@ -181,10 +185,10 @@ def _run_cell(spec, ws, case, placement, images, head, progress, runs: dict) -> 
     t0 = time.perf_counter()
     load = foreign_load()
 
-    def run(case_, placement_, amount_ms=None):
-        key = (ws, case_, placement_, amount_ms)  # the same spec: made once per matrix
+    def run(case_, placement_, amount_ms=None, scale=1):
+        key = (ws, case_, placement_, amount_ms, scale)  # the same spec: made once per matrix
         if key not in runs:
-            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images, amount_ms),
+            runs[key] = run_ddp(spec.run_spec(ws, case_, placement_, images, amount_ms, scale),
                                 progress=lambda s: None)
         return runs[key]
     try:
@@ -205,11 +209,10 @@ def _score(spec: ValidateSpec, ws: int, case: str, placement: str, run) -> dict:
     """One cell scored from its run(s) (``run(case, placement)`` makes or reuses one)."""
     t = spec.thresholds
     if case == scoring.TWO_STRAGGLERS:
-        # each delay alone; the last rank's at the matrix's amount is the one-rank cell's run,
-        # made once
+        # each delay alone, over as many iterations as the pair's run
         alone = {kind: run(kind, "one" if rank == ws - 1 else str(rank),
                            None if spec.pair_amount_ms(kind) == spec.amount_ms
-                           else spec.pair_amount_ms(kind))
+                           else spec.pair_amount_ms(kind), cells_.PAIR_ITERS)
                  for kind, rank in cells_.pair_ranks(ws)}
         return cells_.score_pair(run(case, placement), alone, t)
     if case == scoring.SMALL_DELAY:
