@@ -10,7 +10,7 @@ Four sources, one command:
                               # from a saved prediction: ring model, 2 and 4 nodes
     python -m swinkit predict --stored p.json --nodes 2,4 --inter-link localhost
                               # the link timed across 2 simulated nodes on this host
-    python -m swinkit predict --predict 4,8 --nodes 2   # from what asv's bench_predict kept
+    python -m swinkit predict --predict 4,8 --nodes 2   # kept by bench_predict (SWINKIT_PREDICT=1)
     python -m swinkit predict --preset thesis --predict 1,2,4,8   # the thesis, projected
     python -m swinkit predict --preset thesis --predict 1,2,4,8 --precision bf16 --mfu 0.4
 """
