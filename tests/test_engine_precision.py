@@ -210,6 +210,20 @@ def test_each_engine_takes_what_it_applies_and_refuses_fp16_naming_both(engine, 
                 EngineSpec(engine=engine, run=run).validate()
 
 
+def test_a_comparison_in_fp16_runs_the_engines_that_apply_it_and_skips_the_rest(monkeypatch):
+    """``--engine all --precision fp16`` (a GPU user's): DDP runs, ZeRO and FSDP2 are skipped
+    naming the precision rather than the whole comparison refused (the runs faked here)."""
+    from swinkit.runs import engine_run
+    ran = []
+    monkeypatch.setattr(engine_run, "run_engine",
+                        lambda spec, **kw: ran.append(spec.key) or {"engine": {}})
+    out = engine_run.run_engines(["ddp", "zero1", "zero2", "fsdp2"], [2], _run(precision="fp16"),
+                                 progress=lambda *a: None)
+    assert ran == ["ddp"] and set(out["results"]) == {("ddp", 2)}
+    for key in ("zero1", "zero2", "fsdp2"):
+        assert out["skipped"][(key, 2)].startswith("precision 'fp16': engine "), out["skipped"]
+
+
 def test_an_engine_applying_no_precision_still_refuses_one_and_cudnn_benchmark(monkeypatch):
     """The refusal of an engine whose rank applies fp32 alone (none today) still holds."""
     from swinkit.runs import engine_spec

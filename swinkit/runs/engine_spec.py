@@ -96,8 +96,10 @@ class EngineSpec:
         overrides = dict(self.run.overrides)
         precision = self.run.precision or overrides.get("precision", "fp32")
         if precision not in rec.precisions:
-            raise ValueError(f"precision {precision!r}: engine {self.engine!r} runs "
-                             f"{', '.join(rec.precisions)} only (docs/precision.md)")
+            # EngineUnavailable (a ValueError): refused for this engine alone, skipped with the
+            # reason in a comparison (--engine all in fp16 runs DDP and DataParallel)
+            raise EngineUnavailable(f"precision {precision!r}: engine {self.engine!r} runs "
+                                    f"{', '.join(rec.precisions)} only (docs/precision.md)")
         # cudnn_benchmark is set with the precision (swinkit.model.precision): an engine whose
         # rank applies fp32 alone never sets it
         if overrides.get("cudnn_benchmark") and rec.precisions == ("fp32",):
