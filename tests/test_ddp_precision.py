@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from rank_stand_ins import OneRank, switches_as_they_were  # noqa: F401 (autouse)
 from swinkit.cli import main
 from swinkit.measure.phases import PHASES
 from swinkit.model import precision as mp
@@ -18,20 +19,8 @@ from swinkit.precision import check_precision
 from swinkit.run_spec import RunSpec
 
 
-@pytest.fixture(autouse=True)
-def switches_as_they_were():
-    """setup_rank sets this process's TF32/cuDNN switches: put them back after each test."""
-    before = mp._switch_state(torch.backends)
-    yield
-    mp._set_switch_state(torch.backends, before)
 
 
-class OneRank:
-    """What setup_rank reads of swinkit.launch.rank.Rank, for a gloo world of one."""
-    rank, world_size, local_rank = 0, 1, 0
-
-    def heartbeat(self, step, stage="step"):
-        pass
 
 
 def _rank_run(data_root, precision):

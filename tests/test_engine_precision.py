@@ -16,26 +16,15 @@ import pytest
 import torch
 from torch import nn
 
+from rank_stand_ins import OneRank, switches_as_they_were  # noqa: F401 (autouse)
 from swinkit.cli import main
 from swinkit.model import precision as mp
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
-@pytest.fixture(autouse=True)
-def switches_as_they_were():
-    """The ranks set this process's TF32/cuDNN switches: put them back after each test."""
-    before = mp._switch_state(torch.backends)
-    yield
-    mp._set_switch_state(torch.backends, before)
 
 
-class OneRank:
-    """What an engine's rank reads of swinkit.launch.rank.Rank, for a gloo world of one."""
-    rank, world_size, local_rank = 0, 1, 0
-
-    def heartbeat(self, step, stage="step"):
-        pass
 
 
 def _watching_a_backbone_linear(build, seen: dict):

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from rank_stand_ins import switches_as_they_were  # noqa: F401 (autouse)
 from swinkit.components import forward_backward as fb
 from swinkit.components import peaks
 from swinkit.model.precision import tf32_flags
@@ -25,13 +26,6 @@ def _recording_peak(monkeypatch, values):
     return asked
 
 
-@pytest.fixture(autouse=True)
-def switches_as_they_were():
-    """measure() sets this process's TF32 switches for its precision: put them back."""
-    from swinkit.model import precision
-    before = precision._switch_state(torch.backends)
-    yield
-    precision._set_switch_state(torch.backends, before)
 
 
 # Candidate peaks that all differ, so dividing by the wrong one gives another MFU.

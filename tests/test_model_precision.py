@@ -8,16 +8,11 @@ import types
 import pytest
 import torch
 
+from rank_stand_ins import switches_as_they_were  # noqa: F401 (autouse)
 from swinkit.model import precision as mp
 from swinkit.precision import check_precision
 
 
-@pytest.fixture(autouse=True)
-def switches_as_they_were():
-    """training_precision sets this process's switches: put them back after each test."""
-    before = mp._switch_state(torch.backends)
-    yield
-    mp._set_switch_state(torch.backends, before)
 
 
 def _legacy_backends(matmul=False, conv=True, benchmark=False):
