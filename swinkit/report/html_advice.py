@@ -7,6 +7,7 @@ the report has nothing for the section.
 from __future__ import annotations
 
 from swinkit.report.html import bullets, figure, num, pair, para, table
+from swinkit.report.precision_lines import precision_name, shift_cell
 
 
 def recommendations(r: dict) -> str:
@@ -49,13 +50,8 @@ def _precision_shift(s: dict) -> str:
     """A precision what-if's lost time split beside the baseline's (the text report's lines
     as a table), and the loader's demand per rank in each precision."""
     b, w = s["baseline"], s["remedy"]
-    names = [(label or "-").split(" (")[0] for label in (s["baseline_precision"], s["precision"])]
-
-    def cell(split, phase):
-        share = split["share"][phase]
-        return num(split["lost_s"][phase], "{:+.4f}") + (
-            "" if share is None else f" ({share:+.0%})")
-    rows = [[phase, cell(b, phase), cell(w, phase)] for phase in b["lost_s"]]
+    names = [precision_name(label) for label in (s["baseline_precision"], s["precision"])]
+    rows = [[phase, shift_cell(b, phase), shift_cell(w, phase)] for phase in b["lost_s"]]
     rows.append(["total", num(b["total_s"], "{:+.4f}"), num(w["total_s"], "{:+.4f}")])
     out = table(["phase", *names], rows, label_cols=[0],
                 caption=f"Lost time at N={s['world_size']} against N="

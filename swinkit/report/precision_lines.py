@@ -12,9 +12,10 @@ def shift_lines(shifts: list[dict]) -> list[str]:
         lines += ["", f"lost time at N={s['world_size']} against N={s['reference_world_size']} "
                       f"(s per iteration; share of the loss), {s['baseline_precision']} vs "
                       f"{s['precision']} ({s['name']}):",
-                  f"  {'phase':<14}{_name(s['baseline_precision']):>18}{_name(s['precision']):>26}"]
+                  f"  {'phase':<14}{precision_name(s['baseline_precision']):>18}"
+                  f"{precision_name(s['precision']):>26}"]
         for phase in b["lost_s"]:
-            lines.append(f"  {phase:<14}{_cell(b, phase):>18}{_cell(r, phase):>26}")
+            lines.append(f"  {phase:<14}{shift_cell(b, phase):>18}{shift_cell(r, phase):>26}")
         lines.append(f"  {'total':<14}{b['total_s']:>+18.4f}{r['total_s']:>+26.4f}")
         demand = s["loader_demand_images_per_s"]
         if demand["baseline"] and demand["remedy"]:
@@ -24,15 +25,15 @@ def shift_lines(shifts: list[dict]) -> list[str]:
     return lines
 
 
-def _cell(split: dict, phase: str) -> str:
+def shift_cell(split: dict, phase: str) -> str:
     share = split["share"][phase]
     return f"{split['lost_s'][phase]:+.4f}" + (f" ({share:+.0%})" if share is not None else "")
 
 
-def _name(label: str | None) -> str:
+def precision_name(label: str | None) -> str:
     """A column's heading: the precision's name without its note (the title has the label).
 
-    >>> _name("tf32 (a no-op on CPU: fp32)"), _name(None)
+    >>> precision_name("tf32 (a no-op on CPU: fp32)"), precision_name(None)
     ('tf32', '-')
     """
     return label.split(" (")[0] if label else "-"
