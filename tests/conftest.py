@@ -70,6 +70,20 @@ def pytest_configure(config) -> None:
     torch.set_num_threads(1)
 
 
+def tool_module(name: str):
+    """``tools/<name>.py`` loaded as module ``name`` (the tools are scripts, not a package),
+    registered in ``sys.modules`` first: a dataclass in it looks its own module up."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parents[1] / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def requires_gpu(n: int = 1) -> pytest.MarkDecorator:
     """Marks a test that needs ``n`` real GPUs: it runs under ``pytest -m gpu`` and skips where
     fewer can be seen (``@requires_gpu(2)`` is ``@pytest.mark.gpu(n=2)``)."""

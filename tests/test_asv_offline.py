@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tool_module
 
 from swinkit.report import asv_offline as off
 
@@ -171,12 +172,7 @@ def test_a_changed_cache_file_is_refused(published, tmp_path):
 
 
 def _fetch_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fetch_asv_assets",
-                                                  ROOT / "tools" / "fetch_asv_assets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("fetch_asv_assets")
 
 
 def test_fetch_keeps_only_the_files_the_page_needs(tmp_path):
@@ -208,11 +204,7 @@ def test_fetch_keeps_only_the_files_the_page_needs(tmp_path):
 
 
 def _suite_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("suite", ROOT / "tools" / "suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("suite")
 
 
 def test_suite_makes_the_published_page_offline(published, tmp_path, monkeypatch, capsys):

@@ -12,7 +12,6 @@ arithmetic (not itertools.product), the prediction summed term by term as
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
@@ -20,6 +19,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "asv_results"
@@ -41,10 +41,7 @@ STRAGGLER = "bench_ddp.Iteration.track_straggler_rank"
 
 def _attribute(argv: list[str]) -> int:
     """tools/attribute.py's main, in this process (as a user runs it, minus the interpreter)."""
-    spec = importlib.util.spec_from_file_location("attribute_tool", ROOT / "tools" / "attribute.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(argv)
+    return tool_module("attribute").main(argv)
 
 
 @pytest.fixture(scope="module")

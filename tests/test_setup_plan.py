@@ -13,19 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def plan():
-    import importlib.util
-    if "setup_plan" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("setup_plan", ROOT / "tools" / "setup_plan.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["setup_plan"] = module   # its dataclass looks its own module up
-        spec.loader.exec_module(module)
-    return sys.modules["setup_plan"]
+    return sys.modules.get("setup_plan") or tool_module("setup_plan")
 
 
 def fake_interpreter(tmp_path: Path, torch_version: str | None, cuda: str | None = None) -> dict:
