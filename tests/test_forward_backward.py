@@ -135,7 +135,7 @@ def test_the_component_forward_and_backward_run_under_autocast(test_cfg, precisi
     from swinkit.model.segmentor import build_segmentor
     model = build_segmentor(test_cfg)
     amp = training_precision(precision, torch.device("cpu"), bf16_native=True)
-    ops = fb._ops(model, "segmentor", 2, (64, 64), torch.device("cpu"), amp)
+    ops = fb.training_ops(model, "segmentor", 2, (64, 64), torch.device("cpu"), amp)
     seen = []
     proj = model.backbone.stages[0].blocks[0].attn.proj
     handle = proj.register_forward_hook(lambda m, i, out: seen.append(out.dtype))

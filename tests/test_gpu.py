@@ -18,6 +18,8 @@ What it checks, on world size 1 and on every GPU of the machine where there are 
 * a paired launch (the oracle's DDP and local steps alternating) on every GPU: the device
   drained before the clock read that ends a step at each change of kind;
 * the NVML sampler reading the GPU that CUDA calls device 0 (by UUID), under load;
+* the precision table's variants (forward+backward per precision and heads layout, the
+  optimizer grouped three ways);
 * DeepSpeed ZeRO-2 and DataParallel where the GPU count allows, and the engines' precision
   branches: DeepSpeed and FSDP2 in bf16 (autocast in forward, fp32 gradients), DataParallel
   in bf16 and fp16, fp16 refused for DeepSpeed and FSDP2; the multi-node self-test's
@@ -269,6 +271,35 @@ def test_other_engines_run_at_one_gpu(engine, tmp_path, data_root):
             "--json", str(out)] + (["--zero", "2"] if engine == "deepspeed" else [])
     code = main(args)
     assert row(f"engine {engine}", f"exit {code}", "0", code == 0)
+
+
+@requires_gpu(1)
+def test_precision_variants_run_each_as_asked_on_cuda():
+    """The precision table's variants on CUDA (tools/gpu_check.py --parts precision): each
+    precision this GPU can measure as itself, with the heads in both layouts, MFU divided by
+    its own peak and TF32 as its precision says; each variant's model freed before the next
+    (what is left allocated does not grow); torch's default AdamW on a GPU runs foreach, the
+    merged ones the kernel asked, read off the ops dispatched."""
+    from swinkit.components.precision_variants import TABLE_PRECISIONS, measure_variants_isolated
+    from swinkit.precision import PRECISIONS
+    v = measure_variants_isolated("test", 2, samples=2)
+    ran = {(x["precision"], x["channels_last_heads"]): x for x in v["forward_backward"]}
+    every = {(p, cl) for p in TABLE_PRECISIONS if p not in v["skipped"] for cl in (False, True)}
+    as_asked = all(x["matmul_peak_math"] == PRECISIONS[x["precision"]].peak
+                   and x["tf32_after"]["matmul"] == PRECISIONS[x["precision"]].tf32
+                   and x["heads_are_channels_last"] == x["channels_last_heads"]
+                   and x["peak_memory_mib"] > 0 for x in ran.values())
+    left = [x["allocated_before_mib"] for x in v["forward_backward"]]
+    kernels = [v["optimizer"][g]["kernel_ran"] for g in ("per_parameter", "merged_foreach",
+                                                         "merged_fused")]
+    assert row("precision table variants (test preset)",
+               f"{len(ran)} variants; skipped {sorted(v['skipped']) or 'none'}; failed "
+               f"{sorted(v['failed']) or 'none'}; left allocated "
+               f"{', '.join(f'{m:.1f}' for m in left)} MiB; AdamW ran {kernels}",
+               "each precision x heads layout as asked, nothing left growing, kernels as asked",
+               set(ran) == every and ("fp32", False) in ran and as_asked and not v["failed"]
+               and max(left[1:], default=0) - min(left[1:], default=0) < 1.0
+               and kernels == ["foreach", "foreach", "fused"])
 
 
 @requires_gpu(1)

@@ -2,23 +2,20 @@
 the JSON say what ran, tests that all skip (no GPU) are not counted as a pass or a failure."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("gpu_check")
 
 
 def test_junit_counts_add_up_every_suite(gpu_check, tmp_path):
@@ -53,6 +50,23 @@ def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(gpu_check, 
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert [r["pass"] for r in report["rows"]] == [False, True]
     assert "signal 9" in report["rows"][0]["figure"] and report["pass"] is False
+
+
+def test_tests_k_selects_the_gpu_tests_pytest_runs(gpu_check, monkeypatch, tmp_path):
+    """A short device lease runs a chosen few: the expression reaches pytest's -k, after the
+    gpu marker (which still selects), and without it no -k is passed."""
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 5)
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    gpu_check.main(["--parts", "tests", "--tests-k", "precision or bf16", "--allow-no-gpu",
+                    "--out", str(tmp_path)])
+    gpu_check.main(["--parts", "tests", "--allow-no-gpu", "--out", str(tmp_path)])
+    assert seen[0][-2:] == ["-k", "precision or bf16"] and "-k" not in seen[1]
+    assert seen[0][seen[0].index("-m") + 1:][:1] == ["pytest"]
+    assert seen[0][seen[0].index("pytest") + 1:][:2] == ["-m", "gpu"]
 
 
 @pytest.mark.slow

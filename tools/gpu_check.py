@@ -4,8 +4,9 @@ and publish for the current commit) timed; one pass/fail table, one JSON.
 
 Example::
 
-    .venv/bin/python tools/gpu_check.py                       # all three parts
+    .venv/bin/python tools/gpu_check.py                       # all four parts
     .venv/bin/python tools/gpu_check.py --parts tests,measure # no asv run
+    .venv/bin/python tools/gpu_check.py --parts precision     # docs/precision.md's GPU table
     .venv/bin/python tools/gpu_check.py --preset test --batch 2 --parts measure --allow-no-gpu
 
 Parts:
@@ -14,6 +15,10 @@ Parts:
     measure   forward/backward of the preset's segmentor at ``--batch`` images with its MFU
               against the peak of the math it runs in, in a fresh process; one rank's DDP
               iteration instrumented against the bare loop, interleaved in one launch
+    precision the precision table: forward+backward at fp32, tf32 and bf16 with the heads in
+              NCHW and channels_last, the optimizer step grouped three ways, one rank's DDP
+              iteration per precision; written as markdown to OUT/precision_table.md
+              (docs/precision.md, "Measured on a GPU")
     asv       ``tools/suite.py``: asv run for the current commit (the suite's preset is the
               thesis on CUDA, ``SWINKIT_PRESET`` otherwise) and asv publish, its wall time
 
@@ -34,23 +39,13 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("tests", "measure", "asv")
+PARTS = ("tests", "measure", "precision", "asv")
 OVERHEAD_BOUND = 0.05   # what the instrumentation may cost a GPU iteration (docs/method.md)
 
 
 def row(part: str, check: str, figure: str, bound: str, ok: bool | None) -> dict:
     """One line of the table; ``ok`` None: not judged here (skipped, or a figure only)."""
     return {"part": part, "check": check, "figure": figure, "bound": bound, "pass": ok}
-
-
-def flops_text(flops_per_s: float) -> str:
-    """``42.4 TFLOP/s`` on a GPU, ``9.8 GFLOP/s`` on a CPU core.
-
-    >>> flops_text(42.4e12), flops_text(9.8e9)
-    ('42.4 TFLOP/s', '9.8 GFLOP/s')
-    """
-    return (f"{flops_per_s / 1e12:.1f} TFLOP/s" if flops_per_s >= 1e12
-            else f"{flops_per_s / 1e9:.1f} GFLOP/s")
 
 
 def junit_counts(path: Path) -> dict:
@@ -62,11 +57,12 @@ def junit_counts(path: Path) -> dict:
     return counts
 
 
-def run_tests(out: Path, timeout_s: float) -> list[dict]:
-    """The gpu-marked tests; their own check table is read back from the JSON they write."""
+def run_tests(out: Path, timeout_s: float, select: str | None = None) -> list[dict]:
+    """The gpu-marked tests (``select``: a pytest ``-k`` expression, for a short device
+    lease); their own check table is read back from the JSON they write."""
     env = dict(os.environ, SWINKIT_GPU_CHECK_JSON=str(out / "gpu_tests.json"))
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rfE",
-           f"--junitxml={out / 'junit.xml'}", "tests"]
+           f"--junitxml={out / 'junit.xml'}", "tests", *(["-k", select] if select else [])]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout_s)
     took = time.monotonic() - started
@@ -87,6 +83,7 @@ def run_measurements(preset: str, batch: int, iters: int) -> tuple[list[dict], d
     """Forward/backward with MFU, and the instrumentation's cost at one rank."""
     from swinkit.components.forward_backward import measure_isolated
     from swinkit.experiments.overhead import instrumentation_overhead
+    from swinkit.report.precision_table import flops_text
     from swinkit.runs.ddp_run import DDPRunSpec
 
     fb = measure_isolated(preset, batch, samples=5)
@@ -107,6 +104,49 @@ def run_measurements(preset: str, batch: int, iters: int) -> tuple[list[dict], d
     return rows, {"forward_backward": fb, "overhead": over}
 
 
+def run_precision_table(preset: str, batch: int, iters: int, out: Path,
+                        timeout_s: float = 3600) -> tuple[list[dict], dict]:
+    """The precision table (docs/precision.md, "Measured on a GPU"), written as markdown to
+    ``out/precision_table.md``; each variant is judged on whether it ran as asked (the peak
+    its MFU divides by is its precision's, TF32 on or off as its precision says when its
+    steps had run, its heads in the layout asked; a merged optimizer on the kernel asked),
+    and each variant or launch that failed is a FAIL row."""
+    from swinkit.experiments.precision_table import precision_table
+    from swinkit.precision import PRECISIONS
+    from swinkit.report.precision_table import markdown
+    from swinkit.result_files import write_text_atomic
+
+    table = precision_table(preset, batch, iters=iters, timeout_s=timeout_s)
+    write_text_atomic(out / "precision_table.md", markdown(table))
+    rows = []
+    for v in table["variants"]["forward_backward"]:
+        heads = "channels_last" if v["channels_last_heads"] else "NCHW"
+        asked = PRECISIONS[v["precision"]]
+        ran_as_asked = (v["matmul_peak_math"] == asked.peak
+                        and v["tf32_after"]["matmul"] == asked.tf32
+                        and v["heads_are_channels_last"] == v["channels_last_heads"])
+        rows.append(row("precision", f"forward+backward {v['precision']}, heads {heads}",
+                        f"{1e3 * statistics.median(v['seconds']):.1f} ms, MFU "
+                        f"{100 * v['mfu']:.1f} % of the {v['matmul_peak_math']} peak",
+                        "its precision's peak and TF32, its heads' layout", ran_as_asked))
+    for name, step in table["variants"]["optimizer"].items():
+        merged = step["kernel"] in ("fused", "foreach")   # per parameter: torch's default
+        rows.append(row("precision", f"AdamW step, {name.replace('_', ' ')}",
+                        f"{1e3 * statistics.median(step['seconds']):.2f} ms, "
+                        f"{step['groups']} groups, ran {step['kernel_ran']}",
+                        f"ran {step['kernel']}" if merged else "a figure",
+                        step["kernel_ran"] == step["kernel"] if merged else None))
+    for what, why in table["variants"].get("failed", {}).items():
+        rows.append(row("precision", what, f"failed: {why}", "runs", False))
+    for precision, run in table["ddp"].items():
+        figure = (f"skipped: {run['skipped']}" if "skipped" in run
+                  else f"failed: {run['failed']}" if "failed" in run
+                  else f"{1e3 * run['iter_s']:.1f} ms per iteration")
+        rows.append(row("precision", f"DDP iteration at 1 rank, {precision}", figure,
+                        "a figure", False if "failed" in run else None))
+    return rows, table
+
+
 def run_asv(timeout_s: float) -> list[dict]:
     """The users' main command, timed: asv run for this commit, then publish."""
     started = time.monotonic()
@@ -119,10 +159,12 @@ def run_asv(timeout_s: float) -> list[dict]:
 
 def print_table(rows: list[dict], header: str) -> None:
     width = max(len(r["check"]) for r in rows)
-    print(f"\n{header}\n{'part':<8} {'check':<{width}}  {'result':<6}  figure  (bound)")
+    part = max(8, *(len(r["part"]) for r in rows))
+    print(f"\n{header}\n{'part':<{part}} {'check':<{width}}  {'result':<6}  figure  (bound)")
     for r in rows:
         mark = {True: "pass", False: "FAIL", None: "-"}[r["pass"]]
-        print(f"{r['part']:<8} {r['check']:<{width}}  {mark:<6}  {r['figure']}  ({r['bound']})")
+        print(f"{r['part']:<{part}} {r['check']:<{width}}  {mark:<6}  {r['figure']}  "
+              f"({r['bound']})")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -133,6 +175,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="DDP iterations per loop (default 10)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "gpu")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per part")
+    p.add_argument("--tests-k", metavar="EXPR", default=None,
+                   help="only the gpu-marked tests pytest's -k EXPR selects (e.g. 'precision "
+                        "or bf16 or fp16')")
     p.add_argument("--allow-no-gpu", action="store_true",
                    help="run where torch sees no GPU (a CPU check of this script): without it, "
                         "no GPU is a failure, not a pass with every GPU test skipped")
@@ -162,9 +207,13 @@ def run_part(part: str, args, report: dict) -> list[dict]:
     """One part's rows; a part that raises or times out is a FAIL row, the others still run."""
     try:
         if part == "tests":
-            return run_tests(args.out, args.timeout)
+            return run_tests(args.out, args.timeout, args.tests_k)
         if part == "measure":
             rows, report["parts"]["measure"] = run_measurements(args.preset, args.batch, args.iters)
+            return rows
+        if part == "precision":
+            rows, report["parts"]["precision"] = run_precision_table(
+                args.preset, args.batch, args.iters, args.out, args.timeout)
             return rows
         return run_asv(args.timeout)
     except (subprocess.TimeoutExpired, RuntimeError, OSError, ValueError) as exc:

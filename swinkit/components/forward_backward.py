@@ -28,14 +28,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from swinkit.components.peaks import device_syncer, mfu, peaks
 from swinkit.input_checks import check_int
 from swinkit.measure.timing import timed
-from swinkit.model.precision import TrainingPrecision, training_precision
+from swinkit.model.precision import TrainingPrecision, cuda_capability, training_precision
 from swinkit.precision import DEFAULT as DEFAULT_PRECISION, check_precision
 
 SCOPES = ("backbone", "segmentor")
 OPS = ("forward", "forward_backward", "optimizer")
 
 
-def _ops(model, scope: str, batch: int, crop, device, amp: TrainingPrecision):
+def training_ops(model, scope: str, batch: int, crop, device, amp: TrainingPrecision):
     """{op: callable} for the scope, on random inputs of the preset's crop, in ``amp``'s
     precision (autocast around forward and loss; fp16's scaler in backward and step)."""
     from swinkit.components.allreduce import tiny_batch
@@ -105,7 +105,7 @@ def measure(preset: str, batch: int, samples: int = 5, warmup: int = 1, threads:
     out = {"preset": preset, "batch": batch, "device": str(device), "threads": threads,
            "precision": amp.to_dict(), **peak_info, "results": {}}
     for scope in SCOPES:
-        for op, fn in _ops(model, scope, batch, tuple(cfg.crop_size), device, amp).items():
+        for op, fn in training_ops(model, scope, batch, tuple(cfg.crop_size), device, amp).items():
             with FlopCounterMode(display=False) as counter:
                 fn()  # also the first warm-up run: the allocator and caches are primed
             times = timed(fn, samples, warmup=warmup, sync=device_syncer(device))
@@ -137,13 +137,15 @@ def measure_isolated(preset: str, batch: int, samples: int = 5, timeout_s: float
 BATCHES = {"per_rank": 1, "double": 2}  # x images_per_rank; 1 image would break BN in the heads
 
 
-def precision_skip_reason(precision: str, device_type: str,
-                          bf16_native: bool | None = None) -> str | None:
+def precision_skip_reason(precision: str, device_type: str, bf16_native: bool | None = None,
+                          cuda_capability: tuple[int, int] | None = None) -> str | None:
     """Why a sweep leaves ``precision`` out on this device (None: it measures it): fp16 on CPU
     is refused, tf32 on CPU would be fp32 again, bf16 on a CPU without bf16 instructions
-    would be slow and stand for no hardware that trains in it."""
+    would be slow and stand for no hardware that trains in it; on a GPU before Ampere
+    (``cuda_capability`` below 8.0) tf32 and bf16 likewise."""
     try:
-        plan = check_precision(precision, device_type, bf16_native)
+        plan = check_precision(precision, device_type, bf16_native,
+                               cuda_capability=cuda_capability)
     except ValueError as exc:
         return str(exc)
     return f"not measured here: {plan.note}" if plan.note else None
@@ -163,6 +165,7 @@ def model_sweep(presets, batches=tuple(BATCHES), progress=print,
 
     sweep = Sweep()
     here = "cuda" if torch.cuda.is_available() else "cpu"
+    capability = cuda_capability(torch.device(here))
     for preset in presets:
         cfg = load_config(preset)
         for name in batches:
@@ -171,7 +174,8 @@ def model_sweep(presets, batches=tuple(BATCHES), progress=print,
                 if cfg.device == "cuda" and here != "cuda":
                     sweep.skipped[key] = f"preset {preset} runs on a GPU; none here"
                     continue
-                if reason := precision_skip_reason(precision, here):
+                if reason := precision_skip_reason(precision, here,
+                                                   cuda_capability=capability):
                     sweep.skipped[key] = reason
                     continue
                 if not every_batch and precision != precisions[0] and name != batches[0]:

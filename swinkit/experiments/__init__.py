@@ -4,6 +4,8 @@
     whatif_run.py       predict, then run, each remedy
     remedies.py         the remedy catalogue (what-ifs); torch-free
     overhead.py         what the instrumentation costs
+    precision_table.py  the precision table: the variants and one rank's DDP iteration per
+                        precision (tools/gpu_check.py --parts precision)
     validate.py         the ground-truth matrix's runs (``swinkit validate``)
     converge_spec.py    ``swinkit converge``'s grid, target and budget, checked; LR rules
     converge.py         its launches: training to the target, step times; goodput

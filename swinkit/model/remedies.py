@@ -39,6 +39,15 @@ def heads_channels_last(model: nn.Module) -> int:
     return converted
 
 
+def heads_are_channels_last(model: nn.Module) -> bool:
+    """Whether the heads' convolution weights are channels_last, read off the model (False
+    when it has no head convolutions): what :func:`heads_channels_last` left, or did not."""
+    weights = [p for name in HEADS for p in getattr(getattr(model, name, None), "parameters",
+                                                    list)() if p.dim() == 4]
+    return bool(weights) and all(p.is_contiguous(memory_format=torch.channels_last)
+                                 for p in weights)
+
+
 def _hyper(group: dict) -> tuple:
     """A group's hyperparameters (everything but its parameters) as a hashable key."""
     return tuple(sorted((k, repr(v)) for k, v in group.items() if k != "params"))

@@ -9,10 +9,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import torch
-
 from swinkit.measure import ddp_hooks
 from swinkit.measure.timeline import phase_durations
+from swinkit.model.remedies import heads_are_channels_last
 from swinkit.rank.ddp_setup import RankRun
 from swinkit.rank.delays import per_iteration
 from swinkit.rank.plan import StepPlan
@@ -35,7 +34,10 @@ def read_out(run: RankRun, rank, plan: StepPlan, starts: list[float], clocks: di
     seconds injected per measured step and per injected call, each of ``plan.apart`` as
     ``result[kind]``, and what the plan's tail read."""
     main = plan.positions(plan.main)
-    result = _result(run, rank, main, plan.warmup, starts, clocks, usage)
+    # resolved once for every kind (each resolve finishes the clock: on a GPU, waits for and
+    # maps every event again)
+    resolved = run.timeline.resolve(clocks["applied"]) if run.timeline.enabled else None
+    result = _result(run, rank, main, plan.warmup, starts, clocks, usage, resolved)
     measured = {name: delay.take_measured() for name, delay in run.delays.items()}
     # seconds actually injected per measured iteration (the ground truth recovery is held to)
     result["injected_s"] = {name: per_iteration(m, main[plan.warmup:])
@@ -43,8 +45,6 @@ def read_out(run: RankRun, rank, plan: StepPlan, starts: list[float], clocks: di
     # and per injected call (a forward; a bucket's launch): what one requested delay became
     result["injected_call_s"] = {name: statistics.median(s for _, s in m) if m else None
                                  for name, m in measured.items()}
-    resolved = (run.timeline.resolve(clocks["applied"])
-                if run.timeline.enabled and (plan.apart or plan.tail) else [])
     for kind in plan.apart:
         its = plan.positions(kind)
         result[kind] = {"timeline": [resolved[n] for n in its],
@@ -53,7 +53,7 @@ def read_out(run: RankRun, rank, plan: StepPlan, starts: list[float], clocks: di
                         "injected_s": {name: per_iteration(m, its)
                                        for name, m in measured.items()}}
     if plan.tail:
-        result.update(plan.tail.read(resolved[len(plan):]))
+        result.update(plan.tail.read((resolved or [])[len(plan):]))
     return result
 
 
@@ -63,19 +63,16 @@ def applied_remedies(run: RankRun) -> dict:
     optimizer's parameter groups and kernel, and whether the heads' convolutions are NHWC."""
     # the torch optimizer's groups: MMEngine's wrapper lists one more (its base settings)
     groups = getattr(run.optim, "optimizer", run.optim).param_groups
-    heads = [p for name in ("decode_head", "auxiliary_head")
-             for p in getattr(getattr(run.model, name, None), "parameters", list)()
-             if p.dim() == 4]
     return {"optimizer_param_groups": len(groups),
             "optimizer_fused": bool(groups and groups[0].get("fused")),
-            "heads_channels_last": bool(heads) and all(
-                p.is_contiguous(memory_format=torch.channels_last) for p in heads)}
+            "heads_channels_last": heads_are_channels_last(run.model)}
 
 
 def _result(run: RankRun, rank, positions: list[int], warmup: int, starts: list[float],
-            clocks: dict, usage: Usage) -> dict:
+            clocks: dict, usage: Usage, resolved: list[dict] | None) -> dict:
     """The results of the steps at ``positions`` (the first ``warmup`` of them are the
-    warm-up); the others (local ones of a paired run, the tail's) are left out."""
+    warm-up); the others (local ones of a paired run, the tail's) are left out. ``resolved``:
+    every step's resolved timeline (None: the timeline is off, the bare loop)."""
     kept = positions[warmup:]
     result = {
         **identity(rank, str(next(run.model.parameters()).device), run.losses, kept, warmup,
@@ -99,10 +96,9 @@ def _result(run: RankRun, rank, positions: list[int], warmup: int, starts: list[
     # an independent check of the timeline's iteration times (a step cut short at a line-up
     # of the plan ends at the cut, not at the next start)
     result["loop_iteration"] = [run.cut.get(n, starts[n + 1]) - starts[n] for n in kept]
-    if not run.timeline.enabled:
+    if resolved is None:
         result["iteration"] = result["loop_iteration"]
         return result
-    resolved = run.timeline.resolve(clocks["applied"])
     timeline = [resolved[n] for n in positions]
     result["clock"]["kind"] = run.timeline.clock.name
     # what the GPU event-to-host mapping may be off by (0 on the host clock), beside the

@@ -11,5 +11,6 @@
     validation.py   the ground-truth matrix (``swinkit validate``): text and HTML
     converge.py     steps to a held-out target, efficiency in steps and time, goodput
     precision_lines.py  the lost time's split in two precisions side by side, loader demand
+    precision_table.py  the precision table as markdown
     asv_offline/    asv's published page pointed at local copies of its libraries (no CDN)
 """
