@@ -383,10 +383,61 @@ def test_thesis_projection_per_precision(tmp_path, capsys):
     assert fp32["CRC V100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.5 * 15.7))
 
 
+def _gpu_check_json(path, bf16_mfu):
+    """A saved gpu_check.json whose precision table measured bf16 on an H200 at ``bf16_mfu``
+    with NCHW heads (0.9 with channels_last, which the projection must not take) and whose
+    measure part ran fp32 at 0.2."""
+    variant = {"precision": "bf16", "matmul_peak_math": "bf16"}
+    path.write_text(json.dumps({"device": "NVIDIA H200", "parts": {
+        "precision": {"variants": {"device_name": "NVIDIA H200", "forward_backward": [
+            dict(variant, channels_last_heads=True, mfu=0.9),
+            dict(variant, channels_last_heads=False, mfu=bf16_mfu)]}},
+        "measure": {"forward_backward": {
+            "matmul_peak_math": "fp32", "device": "cuda",
+            "results": {"segmentor/forward_backward": {"mfu": 0.2}}}}}}))
+    return path
+
+
+def test_the_projection_takes_the_mfu_measured_on_a_gpu_in_its_precision(tmp_path, capsys):
+    """bf16 at the H200's measured 0.3: an A100's iteration is 14.4 TFLOP / (0.3 x 312
+    TFLOP/s) = 153.8 ms; fp32 from the same file takes the measure part's 0.2: 14.4 / (0.2 x
+    19.5) = 3.69 s. tf32 was not measured in it: refused, naming the file."""
+    from swinkit.cli.commands import main
+    saved, out = _gpu_check_json(tmp_path / "gpu_check.json", 0.3), tmp_path / "p.json"
+    assert main(["predict", "--preset", "thesis", "--predict", "1,2", "--precision", "bf16",
+                 "--mfu-from", str(saved), "--json", str(out)]) == 0
+    assert f"at MFU 0.3 (measured on NVIDIA H200, {saved})" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["projection"]["CRC A100 (PCIe)"]["iter_s"] == pytest.approx(14.4 / (0.3 * 312))
+    assert main(["predict", "--preset", "thesis", "--predict", "1", "--mfu-from", str(saved),
+                 "--json", str(out)]) == 0
+    fp32 = json.loads(out.read_text())["projection"]["CRC A100 (PCIe)"]["iter_s"]
+    assert fp32 == pytest.approx(14.4 / (0.2 * 19.5))
+    capsys.readouterr()
+    assert main(["predict", "--preset", "thesis", "--predict", "2", "--precision", "tf32",
+                 "--mfu-from", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert f"--mfu-from {saved}: no segmentor forward+backward measured in tf32" in err
+    assert "(measured: bf16, fp32)" in err
+
+
+def test_a_given_mfu_and_a_measured_one_are_not_both_taken(capsys):
+    from swinkit.cli.commands import main
+    with pytest.raises(SystemExit) as end:
+        main(["predict", "--preset", "thesis", "--predict", "2", "--mfu", "0.4", "--mfu-from",
+              "x.json"])
+    assert end.value.code == 2
+    assert "--mfu-from: not allowed with argument --mfu" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--preset", "thesis", "--predict", "2", "--mfu", "1.5"], "--mfu must be in (0, 1]"),
+    (["--preset", "thesis", "--predict", "2", "--mfu-from", "/nope.json"],
+     "--mfu-from /nope.json: [Errno 2]"),
     (["--stored", "x.json", "--predict", "2", "--precision", "bf16"],
-     "--precision and --mfu set the thesis projection's device compute"),
+     "--precision and --mfu (--mfu-from) set the thesis projection's device compute"),
+    (["--stored", "x.json", "--predict", "2", "--mfu-from", "y.json"],
+     "--precision and --mfu (--mfu-from) set the thesis projection's device compute"),
 ])
 def test_projection_precision_options_are_checked(capsys, argv, message):
     from swinkit.cli.commands import main

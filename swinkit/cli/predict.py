@@ -13,6 +13,8 @@ Four sources, one command:
     python -m swinkit predict --predict 4,8 --nodes 2   # kept by bench_predict (SWINKIT_PREDICT=1)
     python -m swinkit predict --preset thesis --predict 1,2,4,8   # the thesis, projected
     python -m swinkit predict --preset thesis --predict 1,2,4,8 --precision bf16 --mfu 0.4
+    python -m swinkit predict --preset thesis --predict 1,2,4,8 --precision bf16 \
+                              --mfu-from results/gpu/gpu_check.json   # MFU measured on a GPU
 """
 from __future__ import annotations
 
@@ -75,9 +77,14 @@ def add_predict_args(p: argparse.ArgumentParser, precision: bool = True) -> None
                    help="thesis projection: one device's iteration alone (default: stated)")
     if precision:   # tools/attribute.py has it from the attribution's options
         options.add_precision(p, PROJECTION_PRECISION_HELP, default="fp32")
-    p.add_argument("--mfu", type=float,
-                   help="thesis projection: the model FLOP utilisation in --precision (e.g. "
-                        "a forward/backward component's measured one; default: 0.5, stated)")
+    mfu = p.add_mutually_exclusive_group()
+    mfu.add_argument("--mfu", type=float,
+                     help="thesis projection: the model FLOP utilisation in --precision (e.g. "
+                          "a forward/backward component's measured one; default: 0.5, stated)")
+    mfu.add_argument("--mfu-from", metavar="JSON",
+                     help="thesis projection: the MFU measured in --precision in a saved "
+                          "result (tools/gpu_check.py's gpu_check.json, its precision table "
+                          "or measure part), the device it ran on said beside it")
 
 
 def check(args) -> None:
@@ -86,10 +93,11 @@ def check(args) -> None:
         from swinkit.predict.supervisor.held_out import IN_LAUNCH_REMOVED
         raise ValueError(IN_LAUNCH_REMOVED)
     projecting = args.preset == "thesis" and args.predict and not (args.stored or args.run)
-    if not projecting and ((args.precision or "fp32") != "fp32" or args.mfu is not None):
+    if not projecting and ((args.precision or "fp32") != "fp32" or args.mfu is not None
+                           or getattr(args, "mfu_from", None)):
         # a run's or a stored prediction's precision is the one its ranks applied
-        raise ValueError("--precision and --mfu set the thesis projection's device compute "
-                         "(--preset thesis --predict N, without --run or --stored)")
+        raise ValueError("--precision and --mfu (--mfu-from) set the thesis projection's device "
+                         "compute (--preset thesis --predict N, without --run or --stored)")
     if args.scaling == "strong":
         raise ValueError("--scaling strong: a prediction of world sizes not run assumes weak "
                          "scaling (each rank's work as in the run it is predicted from); use "
@@ -182,7 +190,11 @@ def _projection(args) -> tuple[dict, list[str]]:
     from swinkit.predict.numbers.device_compute import STATED_MFU, thesis_devices
     from swinkit.predict.numbers.links import thesis_projection
     from swinkit.predict.report.text import projection_lines
-    mfu = STATED_MFU if args.mfu is None else args.mfu
+    mfu, said = (STATED_MFU, "stated, not measured in this precision") if args.mfu is None \
+        else (args.mfu, "given")
+    if getattr(args, "mfu_from", None):
+        mfu, device = _mfu_from(args.mfu_from, args.precision)
+        said = f"measured on {device}, {args.mfu_from}"
     if not 0 < mfu <= 1:
         raise ValueError(f"--mfu must be in (0, 1], got {mfu!r}")
     stated, left_out = thesis_devices(args.precision, mfu)
@@ -190,12 +202,25 @@ def _projection(args) -> tuple[dict, list[str]]:
                for k, d in stated.items()}
     proj = thesis_projection(devices, sorted(set(args.predict) | {1}))
     # the default MFU is a stated figure for every precision, not one measured in it: say so
-    # (the issue's own H200 reading was 5.4 % of the bf16 peak for fp32 math)
-    said = "given" if args.mfu is not None else "stated, not measured in this precision"
-    lines = [f"thesis projection in {args.precision} at MFU {mfu:g} ({said}; --mfu from "
-             "swinkit's forward/backward component on the device replaces it)"
+    # (one H200's fp32 reading was 5.4 % of the bf16 peak); a measured one names its device
+    lines = [f"thesis projection in {args.precision} at MFU {mfu:.3g} ({said}"
+             + ("" if getattr(args, "mfu_from", None) else
+                "; --mfu-from gpu_check.json, measured on a GPU, replaces it") + ")"
              + (" (device iteration given)" if args.device_iter_s else "")]
     lines += projection_lines(proj)
     lines += [f"  {key}: left out: {why}" for key, why in left_out.items()]
-    return {"projection": proj, "precision": args.precision, "mfu": mfu,
+    return {"projection": proj, "precision": args.precision, "mfu": mfu, "mfu_source": said,
             "left_out": left_out, "predicted": True}, lines
+
+
+def _mfu_from(path: str, precision: str) -> tuple[float, str]:
+    """The MFU measured in ``precision`` in the JSON at ``path`` and its device; ValueError
+    naming the file (unreadable, or nothing measured in that precision)."""
+    import json
+    from pathlib import Path
+
+    from swinkit.predict.numbers.device_compute import mfu_measured_in
+    try:
+        return mfu_measured_in(json.loads(Path(path).read_text()), precision)
+    except (OSError, json.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"--mfu-from {path}: {exc}") from None

@@ -62,6 +62,49 @@ def measured_mfu(forward_backward: dict, precision: str) -> float:
     return forward_backward["results"]["segmentor/forward_backward"]["mfu"]
 
 
+def mfu_measured_in(report: dict, precision: str) -> tuple[float, str]:
+    """(the segmentor's forward+backward MFU measured as ``precision``, the device it ran on)
+    from a saved result: ``tools/gpu_check.py``'s JSON (its precision table's NCHW-heads
+    variant, else its measure part) or a forward/backward result. ValueError when it holds
+    none measured as ``precision`` (a CPU's tf32 was fp32 math: no tf32 MFU).
+
+    >>> table = {"device": "NVIDIA H200", "parts": {"precision": {"variants": {
+    ...     "device_name": "NVIDIA H200", "forward_backward": [
+    ...         {"precision": "bf16", "channels_last_heads": True, "matmul_peak_math": "bf16",
+    ...          "mfu": 0.35},
+    ...         {"precision": "bf16", "channels_last_heads": False, "matmul_peak_math": "bf16",
+    ...          "mfu": 0.3}]}}}}
+    >>> mfu_measured_in(dict(table, device="cuda"), "bf16")     # the variants' device name
+    (0.3, 'NVIDIA H200')
+    >>> fb = {"matmul_peak_math": "fp32", "device": "cuda",
+    ...       "results": {"segmentor/forward_backward": {"mfu": 0.2}}}
+    >>> mfu_measured_in(fb, "fp32")                             # a forward/backward result
+    (0.2, 'cuda')
+    >>> old_gpu = {"parts": {"precision": {"variants": {"forward_backward": [
+    ...     {"precision": "tf32", "channels_last_heads": False, "matmul_peak_math": "fp32",
+    ...      "mfu": 0.4}]}}}}
+    >>> mfu_measured_in(old_gpu, "tf32")                  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ValueError: no segmentor forward+backward measured in tf32 in it (measured: fp32); ...
+    """
+    parse_precision(precision)
+    parts = report.get("parts") or {}
+    variants = (parts.get("precision") or {}).get("variants") or {}
+    for v in variants.get("forward_backward", []):
+        if (v["precision"], v["channels_last_heads"], v["matmul_peak_math"]) == (
+                precision, False, precision):
+            return v["mfu"], variants.get("device_name") or report.get("device", "?")
+    fb = (parts.get("measure") or {}).get("forward_backward") or (
+        report if "results" in report else None)
+    if fb and fb.get("matmul_peak_math") == precision:
+        return measured_mfu(fb, precision), report.get("device") or fb.get("device", "?")
+    measured = sorted({v["matmul_peak_math"] for v in variants.get("forward_backward", [])}
+                      | ({fb.get("matmul_peak_math")} if fb else set()))
+    raise ValueError(f"no segmentor forward+backward measured in {precision} in it (measured: "
+                     f"{', '.join(map(str, measured)) or 'none'}); tools/gpu_check.py "
+                     "--parts precision measures fp32, tf32 and bf16 on a GPU")
+
+
 def thesis_devices(precision: str = "fp32", mfu: float = STATED_MFU,
                    flops: float = THESIS_ITERATION_FLOPS) -> tuple[dict[str, Device], dict[str, str]]:
     """The thesis systems' :class:`~swinkit.predict.numbers.links.Device` figures with the
