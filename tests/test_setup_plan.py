@@ -215,3 +215,71 @@ def test_making_a_wheelhouse_never_empties_a_folder_it_did_not_write(plan, tmp_p
         {"files": ["old-1.0-py3-none-any.whl"]}))
     plan.wheelhouse._clear(dest)               # an earlier make's files go, so none is left over
     assert list(dest.iterdir()) == []
+
+
+def test_node_has_leaves_out_only_the_named_distributions_files(plan, tmp_path):
+    """Names are matched as pip matches them (case, ``-``/``_``/``.`` folded), against the
+    distribution in each file name: ``opencv-python`` takes OpenCV's wheel, not ``opencv``-
+    prefixed others; a version or a tag that looks like a name is not matched."""
+    dest = tmp_path / "wheels"
+    dest.mkdir()
+    names = ["opencv_python-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+             "opencv_python_headless-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+             "numpy-2.5.5-cp312-cp312-manylinux_2_28_x86_64.whl",
+             "Pympler-1.1-py3-none-any.whl",
+             "deepspeed-0.19.8.tar.gz",
+             "typing_extensions-4.16.0-py3-none-any.whl",
+             "swinkit-wheelhouse.json"]
+    for n in names:
+        (dest / n).write_bytes(b"")
+    gone = plan.wheelhouse.leave_out(dest, ("opencv-python", "pympler", "typing-extensions"))
+    assert gone == ["Pympler-1.1-py3-none-any.whl",
+                    "opencv_python-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+                    "typing_extensions-4.16.0-py3-none-any.whl"]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        ["opencv_python_headless-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+         "numpy-2.5.5-cp312-cp312-manylinux_2_28_x86_64.whl", "deepspeed-0.19.8.tar.gz",
+         "swinkit-wheelhouse.json"])
+    assert plan.wheelhouse.leave_out(dest, ("deepspeed",)) == ["deepspeed-0.19.8.tar.gz"]
+
+
+def test_a_wheelhouse_leaving_out_the_nodes_own_is_checked_against_the_node(plan, tmp_path):
+    """What was left out for the node's own must be there, named when it is not, and only
+    where the environment shares the node's packages (with its torch)."""
+    house = tmp_path / "wheels"
+    house.mkdir()
+    torch_file = "torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl"   # made --with-torch
+    (house / torch_file).write_bytes(b"")
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "3.12", "platforms": [], "requirements": [], "torch": True,
+         "files": [torch_file], "node_has": ["numpy", "opencv-python"]}))
+    node = {"numpy": "2.1.0", "opencv-python": "4.10.0.84"}
+    assert plan.wheelhouse.check(house, (3, 12, 3), False, installed=node.get)["node_has"]
+    with pytest.raises(ValueError, match=r"leaves out opencv-python for the node's own, but "
+                                         r".* has no opencv-python: install"):
+        plan.wheelhouse.check(house, (3, 12, 3), False, installed={"numpy": "2.1.0"}.get)
+    with pytest.raises(ValueError, match="shares the node's packages only with its torch"):
+        plan.wheelhouse.check(house, (3, 12, 3), True, installed=node.get)
+    # without node_has (a wheelhouse made before, or without it) nothing is looked up
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "3.12", "platforms": [], "requirements": [], "torch": False, "files": []}))
+    assert plan.wheelhouse.check(house, (3, 12, 3), False, installed={}.get)
+
+
+def test_the_set_up_check_names_a_distribution_the_node_lacks_before_installing(tmp_path):
+    """The set-up's step 0, as tools/setup.sh runs it, on the interpreter it will share."""
+    house = tmp_path / "wheels"
+    house.mkdir()
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "%d.%d" % sys.version_info[:2], "platforms": [], "requirements": [],
+         "torch": False, "files": [], "node_has": ["pytest", "surely-not-a-distribution"]}))
+    env = dict(fake_interpreter(tmp_path, "2.11.0+cu130", "13.0"), SWINKIT_WHEELHOUSE=str(house))
+    out = run_plan(env, "check")
+    assert out.returncode == 2
+    assert "has no surely-not-a-distribution" in out.stderr and "no pytest" not in out.stderr
+
+
+def test_node_has_refuses_torch_by_name(plan, tmp_path):
+    with pytest.raises(ValueError, match="--node-has: torch is never in the wheelhouse"):
+        plan.wheelhouse.make(tmp_path / "w", "3.12", node_has=("Torch",))
+    assert not (tmp_path / "w").exists()   # refused before anything is made

@@ -15,6 +15,15 @@ adds the reference torch for a node without one, a CUDA build of several GB). A 
 ``swinkit-wheelhouse.json``, lists the files, the Python and the platforms; the set-up checks
 it before installing anything and names what is missing.
 
+A node that brings its own scientific stack beside its torch (numpy, OpenCV, SciPy, Matplotlib:
+two thirds of the wheelhouse's size) need not be sent it again: ``--node-has
+numpy,opencv-python,...`` leaves those distributions' files out, the manifest names them, and
+the set-up on the node checks that its Python has each before installing anything (the node's
+copies are shared with the environment along with its torch)::
+
+    .venv/bin/python tools/wheelhouse.py make --python 3.12 --dest wheels \
+        --node-has numpy,scipy,opencv-python,matplotlib,pillow,fonttools,kiwisolver,contourpy
+
 pip downloads everything (a well-kept resolver for another Python's tags); this file only says
 what to ask for and checks the result. Standard library only: tools/setup_plan.py reads it
 before the environment exists.
@@ -23,10 +32,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,10 +70,15 @@ def wanted() -> tuple[list[str], list[str]]:
 
 
 def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
-         with_torch: bool = False) -> dict:
-    """Download into ``dest`` and write the manifest last (a half-made wheelhouse has none)."""
+         with_torch: bool = False, node_has: tuple[str, ...] = ()) -> dict:
+    """Download into ``dest`` and write the manifest last (a half-made wheelhouse has none);
+    the files of the distributions ``node_has`` names are left out (the node has its own)."""
     if not python.replace(".", "").isdigit() or python.count(".") != 1:
         raise ValueError(f"--python must be MAJOR.MINOR such as 3.12, got {python!r}")
+    node_has = tuple(sorted({normalize(n) for n in node_has}))
+    if "torch" in node_has:
+        raise ValueError("--node-has: torch is never in the wheelhouse (the node's own is kept; "
+                         "--with-torch adds one for a node without it)")
     _clear(dest)
     binary, source = wanted()
     if with_torch:
@@ -74,14 +90,55 @@ def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
     # sdists are prepared with this interpreter (DeepSpeed's setup.py imports torch)
     _run([*pip, "--no-binary", ":all:", "--no-deps", "--no-build-isolation", *source],
          env=dict(os.environ, DS_BUILD_OPS="0"))
+    left_out = leave_out(dest, node_has)
+    unused = sorted(set(node_has) - {distribution_of(f) for f in left_out})
+    if unused:
+        print(f"[wheelhouse] --node-has: the set-up needs no {', '.join(unused)}; nothing of "
+              "them was left out", flush=True)
     files = sorted(p.name for p in dest.iterdir() if p.name != MANIFEST)
     manifest = {"python": python, "platforms": list(platforms), "requirements": binary + source,
                 "torch": with_torch, "files": files,
+                "node_has": sorted({distribution_of(f) for f in left_out}), "left_out": left_out,
                 "made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     tmp = dest / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(dest / MANIFEST)
     return manifest
+
+
+def normalize(name: str) -> str:
+    """A distribution's name as packaging compares them (PEP 503): case and runs of ``-_.``
+    folded.
+
+    >>> normalize("OpenCV_Python"), normalize("typing.extensions")
+    ('opencv-python', 'typing-extensions')
+    """
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_of(filename: str) -> str:
+    """The normalized distribution name of a wheel's or a source distribution's file name
+    (a wheel's name field holds no ``-``; an sdist's version follows the last one).
+
+    >>> distribution_of("opencv_python-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl")
+    'opencv-python'
+    >>> distribution_of("Pympler-1.1-py3-none-any.whl"), distribution_of("deepspeed-0.19.8.tar.gz")
+    ('pympler', 'deepspeed')
+    """
+    if filename.endswith(".whl"):
+        return normalize(filename.split("-", 1)[0])
+    stem = re.sub(r"\.(tar\.gz|zip|tar\.bz2)$", "", filename)
+    return normalize(stem.rsplit("-", 1)[0])
+
+
+def leave_out(dest: Path, names: tuple[str, ...]) -> list[str]:
+    """Remove from ``dest`` the files of the distributions ``names`` (normalized) and return
+    their file names, sorted."""
+    gone = sorted(p.name for p in dest.iterdir()
+                  if p.name != MANIFEST and distribution_of(p.name) in names)
+    for name in gone:
+        (dest / name).unlink()
+    return gone
 
 
 def _clear(dest: Path) -> None:
@@ -123,9 +180,12 @@ def _run(cmd: list[str], env: dict | None = None) -> None:
     subprocess.run(cmd, check=True, env=env)
 
 
-def check(dest: Path, python_version: tuple[int, ...], need_torch: bool) -> dict:
+def check(dest: Path, python_version: tuple[int, ...], need_torch: bool,
+          installed=None) -> dict:
     """ValueError naming what does not fit: no manifest, another Python, missing files (each
-    named), no torch where the node has none.
+    named), no torch where the node has none, a distribution left out for the node's own that
+    this Python lacks (``installed(name)``: its version or None; default: this interpreter's),
+    or that the environment would not share (it shares the node's packages only with its torch).
 
     >>> check(Path("/nonexistent"), (3, 12), False)
     Traceback (most recent call last):
@@ -153,7 +213,25 @@ def check(dest: Path, python_version: tuple[int, ...], need_torch: bool) -> dict
         raise ValueError(f"no torch to keep and none in {dest}: install torch (2.5 or newer) "
                          "into the Python the set-up runs, or remake the wheelhouse with "
                          "--with-torch")
+    node_has = manifest.get("node_has", [])
+    if node_has and need_torch:
+        raise ValueError(f"{dest} leaves out {', '.join(node_has)} for the node's own, but the "
+                         "environment shares the node's packages only with its torch, which "
+                         "is not kept here: remake the wheelhouse without --node-has")
+    lacking = [n for n in node_has if (installed or _installed)(n) is None]
+    if lacking:
+        raise ValueError(f"{dest} leaves out {', '.join(lacking)} for the node's own, but "
+                         f"{sys.executable} has no {', '.join(lacking)}: install them there, "
+                         "or remake the wheelhouse without them in --node-has")
     return manifest
+
+
+def _installed(name: str) -> str | None:
+    """The version of distribution ``name`` this interpreter has, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -166,6 +244,10 @@ def get_parser() -> argparse.ArgumentParser:
                     help=f"a wheel platform tag, repeatable (default: {', '.join(PLATFORMS)})")
     mk.add_argument("--with-torch", action="store_true",
                     help="add the reference torch (for a node that has none)")
+    mk.add_argument("--node-has", metavar="NAMES", action="append", default=[],
+                    help="comma-separated distributions the node's Python already has beside "
+                         "its torch (numpy,opencv-python,...): their files are left out and "
+                         "the set-up checks the node for them")
     ck = sub.add_parser("check", help="check a wheelhouse against its manifest")
     ck.add_argument("dest", type=Path)
     return p
@@ -175,15 +257,18 @@ def main(argv: list[str] | None = None) -> int:
     args = get_parser().parse_args(argv)
     try:
         if args.what == "make":
+            node_has = tuple(n.strip() for arg in args.node_has for n in arg.split(",")
+                             if n.strip())
             manifest = make(args.dest, args.python, tuple(args.platform or PLATFORMS),
-                            args.with_torch)
+                            args.with_torch, node_has)
         else:
             manifest = check(args.dest, sys.version_info, need_torch=False)
     except ValueError as exc:
         print(f"[wheelhouse] {exc}", file=sys.stderr)
         return 2
     print(f"[wheelhouse] {len(manifest['files'])} files for Python {manifest['python']} in "
-          f"{args.dest}")
+          f"{args.dest}" + (f"; left out for the node's own: {', '.join(manifest['node_has'])}"
+                            if manifest.get("node_has") else ""))
     return 0
 
 
