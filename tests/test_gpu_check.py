@@ -52,6 +52,23 @@ def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(gpu_check, 
     assert "signal 9" in report["rows"][0]["figure"] and report["pass"] is False
 
 
+def test_a_job_killed_in_a_later_part_keeps_the_parts_it_finished(gpu_check, monkeypatch,
+                                                                  tmp_path):
+    """A scheduler's time limit kills the process mid-part (no except clause runs): the JSON
+    on disk already holds the parts before it, and names the ones that did not run."""
+    monkeypatch.setattr(gpu_check, "run_asv", lambda timeout: [
+        gpu_check.row("asv", "tools/suite.py", "exit 0", "exit 0", True)])
+
+    def killed(*args):
+        raise SystemExit(137)
+    monkeypatch.setattr(gpu_check, "run_measurements", killed)
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--parts", "asv,measure,tests", "--allow-no-gpu", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [r["part"] for r in report["rows"]] == ["asv"] and report["pass"] is True
+    assert report["parts_not_run"] == ["measure", "tests"]
+
+
 def test_tests_k_selects_the_gpu_tests_pytest_runs(gpu_check, monkeypatch, tmp_path):
     """A short device lease runs a chosen few: the expression reaches pytest's -k, after the
     gpu marker (which still selects), and without it no -k is passed."""

@@ -22,7 +22,9 @@ Parts:
     asv       ``tools/suite.py``: asv run for the current commit (the suite's preset is the
               thesis on CUDA, ``SWINKIT_PRESET`` otherwise) and asv publish, its wall time
 
-Writes ``OUT/gpu_check.json`` (default results/gpu/), the tests' ``junit.xml`` beside it, and
+Writes ``OUT/gpu_check.json`` (default results/gpu/) after every part, the parts not yet run
+listed (``parts_not_run``), so a job stopped at its time limit keeps what it finished (give the
+part that matters first: ``--parts precision,tests``); the tests' ``junit.xml`` beside it;
 prints the table. Exit codes: 0 every check passed, 1 one failed, 2 bad input.
 """
 from __future__ import annotations
@@ -232,14 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     report = {"device": device, "gpus": torch.cuda.device_count(), "torch": torch.__version__,
               "python": platform.python_version(), "parts": {}, "rows": []}
-    for part in parts:
+    from swinkit.result_files import write_json_atomic
+    for n, part in enumerate(parts):
         started = time.monotonic()
         print(f"[gpu_check] {part} ...", flush=True)
         report["rows"] += run_part(part, args, report)
         print(f"[gpu_check] {part} done in {(time.monotonic() - started) / 60:.1f} min", flush=True)
-    report["pass"] = all(r["pass"] is not False for r in report["rows"])
-    from swinkit.result_files import write_json_atomic
-    write_json_atomic(args.out / "gpu_check.json", report)
+        # written after every part: a job killed at its time limit keeps the parts it finished
+        report["parts_not_run"] = parts[n + 1:]
+        report["pass"] = all(r["pass"] is not False for r in report["rows"])
+        write_json_atomic(args.out / "gpu_check.json", report)
     print_table(report["rows"], f"GPU check on {device} (torch {torch.__version__})")
     print(f"\n{'PASS' if report['pass'] else 'FAIL'}: {args.out / 'gpu_check.json'}")
     return 0 if report["pass"] else 1
