@@ -199,6 +199,36 @@ def test_each_engine_takes_what_it_applies_and_refuses_fp16_naming_both(engine, 
                 EngineSpec(engine=engine, run=run).validate()
 
 
+def test_fully_shard_refuses_a_channels_last_convolution_weight(one_rank_group):
+    """The premise of refusing ``channels_last_heads`` under FSDP2, in torch itself: a 3x3
+    convolution's weight in channels_last is not contiguous, and fully_shard will not shard
+    it (if a torch lifts that, this fails and the refusal below can go)."""
+    from swinkit.rank.devices import find_fully_shard
+    conv = torch.nn.Conv2d(4, 4, 3).to(memory_format=torch.channels_last)
+    assert not conv.weight.is_contiguous()
+    with pytest.raises(NotImplementedError, match="non-contiguous"):
+        find_fully_shard()(conv)
+
+
+def test_channels_last_heads_is_refused_for_fsdp2_alone_before_launch(monkeypatch):
+    """Named with the engine before any rank starts; the other engines take the knob, and a
+    comparison runs them and skips FSDP2 with the reason (the runs faked here)."""
+    from swinkit.runs import engine_run
+    from swinkit.runs.engine_spec import EngineSpec, EngineUnavailable
+    knob = {"channels_last_heads": True}
+    with pytest.raises(EngineUnavailable, match="channels_last_heads: engine 'fsdp2' cannot run "
+                                                "with it .*contiguous"):
+        EngineSpec(engine="fsdp2", run=_run(overrides=knob)).validate()
+    EngineSpec(engine="fsdp2", run=_run(overrides={"channels_last_heads": False})).validate()
+    EngineSpec(engine="ddp", run=_run(overrides=knob)).validate()
+    ran = []
+    monkeypatch.setattr(engine_run, "run_engine",
+                        lambda spec, **kw: ran.append(spec.key) or {"engine": {}})
+    out = engine_run.run_engines(["ddp", "fsdp2"], [2], _run(overrides=knob),
+                                 progress=lambda *a: None)
+    assert ran == ["ddp"] and out["skipped"][("fsdp2", 2)].startswith("channels_last_heads")
+
+
 def test_a_comparison_in_fp16_runs_the_engines_that_apply_it_and_skips_the_rest(monkeypatch):
     """``--engine all --precision fp16`` (a GPU user's): DDP runs, ZeRO and FSDP2 are skipped
     naming the precision rather than the whole comparison refused (the runs faked here)."""

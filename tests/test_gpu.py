@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import requires_gpu
+from rank_stand_ins import switches_as_they_were  # noqa: F401 (autouse: TF32 switches put back)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 ROWS: list[dict] = []
@@ -363,7 +364,11 @@ def test_dataparallel_in_a_precision_on_the_gpus(engine, precision, autocast, da
     linear = torch.nn.Linear(8, 8).cuda()
     linear.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     amp = training_precision(precision, torch.device("cuda", 0))
-    dp_modules(linear, amp, device_ids=list(range(n)))[1](torch.randn(4, 8, device="cuda"))
+    # the module dp_modules wraps, under a plain DataParallel (SegDataParallel takes MMSeg's
+    # batch as keywords, not a tensor): with 2 GPUs each replica runs in a thread of its own
+    ids = list(range(n))
+    torch.nn.DataParallel(dp_modules(linear, amp, device_ids=ids)[0], device_ids=ids)(
+        torch.randn(4, 8, device="cuda"))
     run = DDPRunSpec(preset="test", nproc_per_node=n, iters=3, warmup=1, workers=0,
                      data_root=str(data_root), precision=precision)
     r = run_engine(EngineSpec(engine=engine, run=run), progress=lambda s: None)

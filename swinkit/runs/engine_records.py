@@ -66,6 +66,8 @@ class Engine:
             the timeline.
         instrumentation: what measures phases, collectives, engine timers, comms log.
         precisions: the training precisions its rank applies (the DDP loop's way).
+        knobs_refused: preset knob -> why this engine cannot run with it on (refused before
+            launch, naming both).
         table_title: how a run's phase table names it (None: by its key, ``zero2``).
     """
     name: str
@@ -87,6 +89,7 @@ class Engine:
     block_fields: tuple = ()
     own_timers: bool = False
     precisions: tuple = ("fp32",)
+    knobs_refused: dict = field(default_factory=dict)
     table_title: str | None = None
 
     def key_of(self, fixed: dict) -> str:
@@ -198,6 +201,11 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
         entry="swinkit.rank.fsdp2:fsdp2_rank", shape="ranks", keys={"fsdp2": {}},
         compared=("fsdp2",), check=_check_fully_shard, traffic_model=_fsdp_model,
         block_fields=("fsdp_units",), precisions=AUTOCAST_ONLY,
+        # fully_shard refuses a parameter that is not contiguous in the default memory format
+        # (torch's _fsdp_param.py: "FSDP does not support non-contiguous parameters yet"),
+        # which a channels_last 3x3 convolution weight is not
+        knobs_refused={"channels_last_heads": "FSDP2 shards only contiguous parameters, and "
+                                              "channels_last convolution weights are not"},
         instrumentation={
             "phases": "swinkit timeline marks around forward, backward, optimizer step",
             "collectives": "wrappers on torch.distributed's all-gather and reduce-scatter: "

@@ -100,6 +100,10 @@ class EngineSpec:
             # reason in a comparison (--engine all in fp16 runs DDP and DataParallel)
             raise EngineUnavailable(f"precision {precision!r}: engine {self.engine!r} runs "
                                     f"{', '.join(rec.precisions)} only (docs/precision.md)")
+        for knob, why in rec.knobs_refused.items():
+            if overrides.get(knob):
+                raise EngineUnavailable(f"{knob}: engine {self.engine!r} cannot run with it "
+                                        f"({why})")
         # cudnn_benchmark is set with the precision (swinkit.model.precision): an engine whose
         # rank applies fp32 alone never sets it
         if overrides.get("cudnn_benchmark") and rec.precisions == ("fp32",):
