@@ -3,6 +3,7 @@ hand-worked table, the gpu_check rows that judge whether each variant ran as ask
 variant that did not fails), and the real variants on CPU."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,83 @@ def test_the_experiment_passes_its_precisions_and_keeps_skips_and_failures(monke
                                      progress=lambda s: None)
     assert asked == {"variants": ("test", 2, ("fp32", "tf32", "bf16")), "ddp": ["fp32", "bf16"]}
     assert out["ddp"]["tf32"] == {"skipped": "a no-op"}
-    assert out["ddp"]["bf16"] == {"failed": "rank 0 failed: exit 1"}
+    assert out["ddp"]["bf16"] == {"failed": "LaunchError: rank 0 failed: exit 1"}
     assert (out["ddp"]["fp32"]["iter_mean_s"], out["ddp"]["fp32"]["phases_mean_s"]) == (
         0.6, {"forward": 0.3})
+
+
+def test_the_launches_run_when_the_variants_process_fails_and_any_launch_error_is_kept(
+        monkeypatch):
+    """A variants process that finished nothing (RuntimeError) is a failed line, not the end
+    of the table: every precision's launch still runs; a launch failing with something other
+    than a LaunchError (a refused spec, a timeout's OSError) is kept too."""
+    import swinkit.experiments.precision_table as experiment
+
+    def variants(*a, **k):
+        raise RuntimeError("precision variants of preset test at batch 2 failed before any "
+                           "variant finished (exit -9: )")
+    launched = []
+
+    def run_ddp(spec, progress):
+        launched.append(spec.precision)
+        raise ValueError("iters must be a positive integer")
+    monkeypatch.setattr(experiment, "measure_variants_isolated", variants)
+    monkeypatch.setattr(experiment, "run_ddp", run_ddp)
+    monkeypatch.setattr(experiment, "precision_skip_reason", lambda *a, **k: None)
+    out = experiment.precision_table("test", 2, precisions=("fp32", "bf16"),
+                                     progress=lambda s: None)
+    assert launched == ["fp32", "bf16"]
+    assert out["variants"]["failed"]["process"].startswith("RuntimeError: precision variants")
+    assert out["variants"]["forward_backward"] == [] and out["variants"]["optimizer"] == {}
+    assert out["ddp"]["bf16"] == {"failed": "ValueError: iters must be a positive integer"}
+    from swinkit.report.precision_table import markdown
+    assert "- **failed**, process: RuntimeError: precision variants" in markdown(out)
+
+
+@pytest.mark.parametrize("ending, said", [
+    ("killed", "the variants' process stopped: exit -9: Killed"),
+    ("timeout", "the variants' process stopped: timed out after 60 s")])
+def test_a_variants_process_that_dies_gives_the_variants_it_wrote(monkeypatch, ending, said):
+    """The process's last checkpoint is read back when it dies or runs out of time; where
+    it wrote none, a RuntimeError says it finished nothing."""
+    import subprocess
+    import swinkit.components.precision_variants as pv
+    written = {"forward_backward": [{"precision": "fp32"}], "failed": {}, "skipped": {}}
+
+    def run(cmd, timeout, **kw):
+        Path(cmd[6]).write_text(json.dumps(written))   # python -m module preset batch samples OUT
+        if ending == "timeout":
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        return subprocess.CompletedProcess(cmd, -9, stderr="Killed")
+    monkeypatch.setattr(pv.subprocess, "run", run)
+    out = pv.measure_variants_isolated("test", 2, precisions=("fp32",), timeout_s=60)
+    assert out["forward_backward"] == [{"precision": "fp32"}]
+    assert out["failed"] == {"process": said}
+    monkeypatch.setattr(pv.subprocess, "run", lambda cmd, timeout, **kw:
+                        subprocess.CompletedProcess(cmd, 1, stderr="ImportError: mmseg"))
+    with pytest.raises(RuntimeError, match="before any variant finished .exit 1: ImportError"):
+        pv.measure_variants_isolated("test", 2, precisions=("fp32",))
+
+
+def test_the_variants_process_writes_after_every_variant(in_process, monkeypatch, tmp_path):
+    """The process's own entry point, in this process: killed during its third variant (an
+    exception no handler takes, as a signal is), its file holds the first two."""
+    pv = in_process
+    calls = []
+
+    def variant(preset, batch, precision, channels_last, *rest):
+        calls.append((precision, channels_last))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return {"precision": precision, "channels_last_heads": channels_last}
+    monkeypatch.setattr(pv, "_forward_backward", variant)
+    monkeypatch.setattr(pv, "precision_skip_reason", lambda *a, **k: None)
+    out = tmp_path / "result.json"
+    with pytest.raises(KeyboardInterrupt):
+        pv._main(["test", "2", "1", str(out), "fp32,bf16"])
+    assert [(v["precision"], v["channels_last_heads"])
+            for v in json.loads(out.read_text())["forward_backward"]] == [
+        ("fp32", False), ("fp32", True)]
 
 
 @pytest.fixture

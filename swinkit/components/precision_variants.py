@@ -160,22 +160,28 @@ def _optimizer_steps(preset: str, batch: int, samples: int, device: torch.device
     return out
 
 
+def identity(preset: str, batch: int, samples: int, device: torch.device) -> dict:
+    """What the variants' results say of where and how they were measured."""
+    return {"preset": preset, "batch": batch, "samples": samples, "device": str(device),
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else "cpu"), "torch": torch.__version__}
+
+
 def measure_variants(preset: str, batch: int, samples: int = 5,
-                     precisions=TABLE_PRECISIONS, progress=print) -> dict:
+                     precisions=TABLE_PRECISIONS, progress=print, checkpoint=None) -> dict:
     """Run in a fresh process (:func:`measure_variants_isolated`): every (precision, heads
     layout) forward+backward of the segmentor at ``batch`` images, and the optimizer grouped
     :data:`GROUPINGS` ways. A precision this device cannot measure as itself is in
-    ``skipped`` with the reason (:func:`precision_skip_reason`), not measured as another."""
+    ``skipped`` with the reason (:func:`precision_skip_reason`), not measured as another.
+    ``checkpoint(out)`` is called after every variant, with what is measured so far."""
+    checkpoint = checkpoint or (lambda out: None)
     check_int("batch", batch, minimum=2)   # UPerHead's pooled branch: BN over >= 2 values
     check_int("samples", samples, minimum=1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(1)   # one CPU 'rank', as forward_backward.measure
-    out = {"preset": preset, "batch": batch, "samples": samples, "device": str(device),
-           "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
-                           else "cpu"),
-           "torch": torch.__version__, "forward_backward": [], "skipped": {}, "failed": {},
-           "peaks_flops": {}}
+    out = {**identity(preset, batch, samples, device), "forward_backward": [], "skipped": {},
+           "failed": {}, "peaks_flops": {}}
     for precision in precisions:
         if reason := precision_skip_reason(precision, device.type,
                                            cuda_capability=cuda_capability(device)):
@@ -191,32 +197,52 @@ def measure_variants(preset: str, batch: int, samples: int = 5,
             except (RuntimeError, ValueError) as exc:   # torch's OOM is a RuntimeError
                 out["failed"][f"forward+backward {name}"] = f"{type(exc).__name__}: {exc}"[:500]
                 progress(f"    failed: {out['failed'][f'forward+backward {name}']}")
+            checkpoint(out)
     progress("  AdamW step, grouped three ways")
     try:
         out["optimizer"] = _optimizer_steps(preset, batch, samples, device)
     except (RuntimeError, ValueError) as exc:
         out["optimizer"] = {}
         out["failed"]["AdamW step"] = f"{type(exc).__name__}: {exc}"[:500]
+    checkpoint(out)
     return out
 
 
 def measure_variants_isolated(preset: str, batch: int, samples: int = 5,
                               precisions=TABLE_PRECISIONS, timeout_s: float = 1800) -> dict:
     """:func:`measure_variants` in a fresh interpreter (its own peak memory, its own TF32
-    switches); its progress lines come through on stdout as it goes."""
+    switches); its progress lines come through on stdout as it goes. The process writes its
+    results after every variant, so one that dies (a hard crash, the OOM killer) or runs past
+    ``timeout_s`` still gives the variants it finished, with ``failed["process"]`` saying why
+    the rest are missing; RuntimeError only where it finished none."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", __name__, preset, str(batch), str(samples), str(out),
                ",".join(precisions)]
-        proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
-        if proc.returncode != 0:
+        try:
+            proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+            why = (None if proc.returncode == 0 else
+                   f"exit {proc.returncode}: {proc.stderr[-1500:]}")
+        except subprocess.TimeoutExpired:   # run() has killed it
+            why = f"timed out after {timeout_s:g} s"
+        if why is None:
+            return json.loads(out.read_text())
+        if not out.is_file():
             raise RuntimeError(f"precision variants of preset {preset} at batch {batch} failed "
-                               f"(exit {proc.returncode}): {proc.stderr[-2000:]}")
-        return json.loads(out.read_text())
+                               f"before any variant finished ({why})")
+        partial = json.loads(out.read_text())
+        partial["failed"]["process"] = f"the variants' process stopped: {why}"[:2000]
+        return partial
+
+
+def _main(argv: list[str]) -> None:
+    from swinkit.result_files import write_json_atomic
+    preset, batch, samples, out, precisions = argv[:5]
+    write_json_atomic(out, measure_variants(
+        preset, int(batch), int(samples), tuple(precisions.split(",")),
+        progress=functools.partial(print, flush=True),
+        checkpoint=lambda partial: write_json_atomic(out, partial)))
 
 
 if __name__ == "__main__":
-    _preset, _batch, _samples, _out, _precisions = sys.argv[1:6]
-    Path(_out).write_text(json.dumps(measure_variants(
-        _preset, int(_batch), int(_samples), tuple(_precisions.split(",")),
-        progress=functools.partial(print, flush=True))))
+    _main(sys.argv[1:6])

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from swinkit.components.forward_backward import precision_skip_reason
-from swinkit.components.precision_variants import TABLE_PRECISIONS, measure_variants_isolated
+from swinkit.components.precision_variants import (TABLE_PRECISIONS, identity,
+                                                   measure_variants_isolated)
 from swinkit.launch import LaunchError
 from swinkit.model.precision import cuda_capability
 from swinkit.runs.ddp_run import DDPRunSpec, run_ddp
@@ -35,12 +36,19 @@ def precision_table(preset: str, batch: int, iters: int = 10, samples: int = 5,
     """The table's numbers (plain data; :func:`swinkit.report.precision_table.markdown`
     renders them). A precision this device cannot measure as itself is skipped with the
     reason in the variants' ``skipped`` and in ``ddp``; a DDP launch that fails is kept as
-    ``{"failed": why}`` and the other precisions still run."""
+    ``{"failed": why}`` and the other precisions still run, and so do the launches when the
+    variants' process fails (its ``failed["process"]``, beside the variants it finished).
+    ``timeout_s`` bounds the variants' process; each launch has the run's own limits."""
     progress(f"[precision table] preset {preset}: forward+backward at {batch} images, "
              f"{', '.join(precisions)}, heads NCHW and channels_last; optimizer grouped three ways")
-    out = {"variants": measure_variants_isolated(preset, batch, samples, precisions, timeout_s),
-           "ddp": {}}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        variants = measure_variants_isolated(preset, batch, samples, precisions, timeout_s)
+    except (RuntimeError, OSError, ValueError) as exc:   # none finished: the launches still run
+        variants = {**identity(preset, batch, samples, device), "forward_backward": [],
+                    "optimizer": {}, "skipped": {}, "peaks_flops": {},
+                    "failed": {"process": f"{type(exc).__name__}: {exc}"[:2000]}}
+    out = {"variants": variants, "ddp": {}}
     for precision in precisions:
         if reason := precision_skip_reason(precision, device.type,
                                            cuda_capability=cuda_capability(device)):
@@ -49,6 +57,6 @@ def precision_table(preset: str, batch: int, iters: int = 10, samples: int = 5,
         progress(f"[precision table] one rank's DDP iteration in {precision}, {iters} iterations")
         try:
             out["ddp"][precision] = ddp_iteration(preset, precision, iters, progress)
-        except LaunchError as exc:
-            out["ddp"][precision] = {"failed": str(exc)[:500]}
+        except (LaunchError, RuntimeError, OSError, ValueError) as exc:
+            out["ddp"][precision] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
     return out
