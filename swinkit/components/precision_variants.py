@@ -180,8 +180,9 @@ def measure_variants(preset: str, batch: int, samples: int = 5,
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(1)   # one CPU 'rank', as forward_backward.measure
-    out = {**identity(preset, batch, samples, device), "forward_backward": [], "skipped": {},
-           "failed": {}, "peaks_flops": {}}
+    # every key there from the start: a checkpoint is a whole result of the variants so far
+    out = {**identity(preset, batch, samples, device), "forward_backward": [], "optimizer": {},
+           "skipped": {}, "failed": {}, "peaks_flops": {}}
     for precision in precisions:
         if reason := precision_skip_reason(precision, device.type,
                                            cuda_capability=cuda_capability(device)):
