@@ -62,11 +62,18 @@ def test_a_job_killed_in_a_later_part_keeps_the_parts_it_finished(gpu_check, mon
     def killed(*args):
         raise SystemExit(137)
     monkeypatch.setattr(gpu_check, "run_measurements", killed)
+    (tmp_path / "gpu_check.json").write_text(json.dumps({"rows": [], "pass": True}))  # an old run's
     with pytest.raises(SystemExit):
         gpu_check.main(["--parts", "asv,measure,tests", "--allow-no-gpu", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert [r["part"] for r in report["rows"]] == ["asv"] and report["pass"] is True
+    assert [r["part"] for r in report["rows"]] == ["asv"] and report["pass"] is None
     assert report["parts_not_run"] == ["measure", "tests"]
+    # killed in its first part: the file is this run's, nothing finished, nothing passed
+    monkeypatch.setattr(gpu_check, "run_asv", lambda timeout: (_ for _ in ()).throw(SystemExit(137)))
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--parts", "asv,tests", "--allow-no-gpu", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert (report["rows"], report["parts_not_run"], report["pass"]) == ([], ["asv", "tests"], None)
 
 
 def test_tests_k_selects_the_gpu_tests_pytest_runs(gpu_check, monkeypatch, tmp_path):

@@ -134,7 +134,7 @@ def test_the_experiment_passes_its_precisions_and_keeps_skips_and_failures(monke
 
     asked = {}
     monkeypatch.setattr(experiment, "measure_variants_isolated",
-                        lambda preset, batch, samples, precisions, timeout_s:
+                        lambda preset, batch, samples, precisions, timeout_s, keep_at=None:
                         asked.setdefault("variants", (preset, batch, precisions)) and {})
 
     def run_ddp(spec, progress):
@@ -188,7 +188,7 @@ def test_the_launches_run_when_the_variants_process_fails_and_any_launch_error_i
 
 @pytest.mark.parametrize("ending, said", [
     ("killed", "the variants' process stopped: exit -9: Killed"),
-    ("timeout", "the variants' process stopped: timed out after 60 s")])
+    ("timeout", "the variants' process stopped: timed out after 60 s: NCCL hang")])
 def test_a_variants_process_that_dies_gives_the_variants_it_wrote(monkeypatch, ending, said):
     """The process's last checkpoint is read back when it dies or runs out of time; where
     it wrote none, a RuntimeError says it finished nothing."""
@@ -199,7 +199,7 @@ def test_a_variants_process_that_dies_gives_the_variants_it_wrote(monkeypatch, e
     def run(cmd, timeout, **kw):
         Path(cmd[6]).write_text(json.dumps(written))   # python -m module preset batch samples OUT
         if ending == "timeout":
-            raise subprocess.TimeoutExpired(cmd, timeout)
+            raise subprocess.TimeoutExpired(cmd, timeout, stderr=b"NCCL hang")
         return subprocess.CompletedProcess(cmd, -9, stderr="Killed")
     monkeypatch.setattr(pv.subprocess, "run", run)
     out = pv.measure_variants_isolated("test", 2, precisions=("fp32",), timeout_s=60)
@@ -209,6 +209,28 @@ def test_a_variants_process_that_dies_gives_the_variants_it_wrote(monkeypatch, e
                         subprocess.CompletedProcess(cmd, 1, stderr="ImportError: mmseg"))
     with pytest.raises(RuntimeError, match="before any variant finished .exit 1: ImportError"):
         pv.measure_variants_isolated("test", 2, precisions=("fp32",))
+
+
+
+def test_the_variants_file_kept_is_this_runs(monkeypatch, tmp_path):
+    """With ``keep_at`` the file stays where asked (a caller killed too keeps the variants);
+    one an earlier run left there is removed first, never read as this run's."""
+    import subprocess
+    import swinkit.components.precision_variants as pv
+    kept = tmp_path / "precision_variants.json"
+    kept.write_text(json.dumps({"forward_backward": [{"precision": "old"}], "failed": {}}))
+    monkeypatch.setattr(pv.subprocess, "run", lambda cmd, timeout, **kw:
+                        subprocess.CompletedProcess(cmd, -9, stderr="Killed"))
+    with pytest.raises(RuntimeError, match="before any variant finished"):
+        pv.measure_variants_isolated("test", 2, precisions=("fp32",), keep_at=kept)
+
+    def run(cmd, timeout, **kw):
+        Path(cmd[6]).write_text(json.dumps({"forward_backward": [{"precision": "fp32"}]}))
+        return subprocess.CompletedProcess(cmd, 0, stderr="")
+    monkeypatch.setattr(pv.subprocess, "run", run)
+    assert pv.measure_variants_isolated("test", 2, keep_at=kept)["forward_backward"] == [
+        {"precision": "fp32"}]
+    assert kept.is_file()
 
 
 def test_the_variants_process_writes_after_every_variant(in_process, monkeypatch, tmp_path):

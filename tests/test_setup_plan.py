@@ -260,7 +260,7 @@ def test_a_wheelhouse_leaving_out_the_nodes_own_is_checked_against_the_node(plan
         plan.wheelhouse.check(house, (3, 12, 3), False, installed={"numpy": "2.1.0"}.get)
     with pytest.raises(ValueError, match="shares the node's packages only with its torch"):
         plan.wheelhouse.check(house, (3, 12, 3), True, installed=node.get)
-    # without node_has (a wheelhouse made before, or without it) nothing is looked up
+    # a wheelhouse made before --node-has existed has no such key, and is taken as it is
     (house / "swinkit-wheelhouse.json").write_text(json.dumps(
         {"python": "3.12", "platforms": [], "requirements": [], "torch": False, "files": []}))
     assert plan.wheelhouse.check(house, (3, 12, 3), False, installed={}.get)
@@ -277,9 +277,62 @@ def test_the_set_up_check_names_a_distribution_the_node_lacks_before_installing(
     out = run_plan(env, "check")
     assert out.returncode == 2
     assert "has no surely-not-a-distribution" in out.stderr and "no pytest" not in out.stderr
+    # only what the node has, at another version than the wheelhouse's: a note, the set-up goes on
+    (house / "swinkit-wheelhouse.json").write_text(json.dumps(
+        {"python": "%d.%d" % sys.version_info[:2], "platforms": [], "requirements": [],
+         "torch": False, "files": [], "node_has": ["pytest"],
+         "left_out": ["pytest-0.0.1-py3-none-any.whl"]}))
+    out = run_plan(env, "check")
+    assert out.returncode == 0, out.stderr
+    assert f"the node's pytest is {pytest.__version__}, the wheelhouse was resolved with 0.0.1" \
+        in out.stderr
 
 
-def test_node_has_refuses_torch_by_name(plan, tmp_path):
+def test_node_has_refuses_torch_by_name_and_beside_with_torch(plan, tmp_path):
     with pytest.raises(ValueError, match="--node-has: torch is never in the wheelhouse"):
         plan.wheelhouse.make(tmp_path / "w", "3.12", node_has=("Torch",))
+    with pytest.raises(ValueError, match="--node-has with --with-torch"):
+        plan.wheelhouse.make(tmp_path / "w", "3.12", with_torch=True, node_has=("numpy",))
     assert not (tmp_path / "w").exists()   # refused before anything is made
+
+
+DOWNLOADED = ["numpy-2.5.5-cp312-cp312-manylinux_2_28_x86_64.whl",
+              "opencv_python-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+              "mmengine-0.10.7-py3-none-any.whl", "deepspeed-0.19.8.tar.gz"]
+
+
+@pytest.fixture
+def fake_pip(plan, monkeypatch):
+    """pip's downloads faked: every make 'downloads' DOWNLOADED into its --dest."""
+    def run(cmd, env=None):
+        dest = Path(cmd[cmd.index("-d") + 1])
+        for name in DOWNLOADED:
+            (dest / name).write_bytes(b"")
+    monkeypatch.setattr(plan.wheelhouse, "_run", run)
+
+
+def test_make_leaves_out_what_the_node_has_and_says_so_in_the_manifest(plan, fake_pip,
+                                                                       tmp_path, capsys):
+    """The command line as a user types it (names split on commas, the option repeated,
+    spaces and case as they come), twice into the same folder: the files left out are gone,
+    the manifest names them, and the wheelhouse passes its check on a node that has them."""
+    dest = tmp_path / "wheels"
+    for _ in range(2):
+        assert plan.wheelhouse.main(["make", "--python", "3.12", "--dest", str(dest),
+                                     "--node-has", "NumPy, opencv_python", "--node-has",
+                                     "scipy"]) == 0
+    manifest = json.loads((dest / "swinkit-wheelhouse.json").read_text())
+    assert manifest["node_has"] == ["numpy", "opencv-python"]
+    assert manifest["left_out"] == [DOWNLOADED[0], DOWNLOADED[1]]
+    assert manifest["files"] == sorted(DOWNLOADED[2:])
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        [*DOWNLOADED[2:], "swinkit-wheelhouse.json"])
+    out = capsys.readouterr().out
+    assert "the set-up needs no scipy" in out
+    assert "left out for the node's own: numpy, opencv-python" in out
+    node = {"numpy": "2.5.5", "opencv-python": "4.10.0.84"}
+    assert plan.wheelhouse.check(dest, (3, 12, 1), False, installed=node.get)
+    assert plan.wheelhouse.version_notes(manifest, node.get) == [
+        "the node's opencv-python is 4.10.0.84, the wheelhouse was resolved with 5.0.0.93: "
+        "should pip find no opencv-python it accepts, remake the wheelhouse without "
+        "opencv-python in --node-has"]

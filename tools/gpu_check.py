@@ -22,10 +22,12 @@ Parts:
     asv       ``tools/suite.py``: asv run for the current commit (the suite's preset is the
               thesis on CUDA, ``SWINKIT_PRESET`` otherwise) and asv publish, its wall time
 
-Writes ``OUT/gpu_check.json`` (default results/gpu/) after every part, the parts not yet run
-listed (``parts_not_run``), so a job stopped at its time limit keeps what it finished (give the
-part that matters first: ``--parts precision,tests``); the tests' ``junit.xml`` beside it;
-prints the table. Exit codes: 0 every check passed, 1 one failed, 2 bad input.
+Writes ``OUT/gpu_check.json`` (default results/gpu/) before the first part and after every
+part, the parts not yet run listed (``parts_not_run``; ``pass`` null until all have run), so a
+job stopped at its time limit keeps what it finished (give the part that matters first:
+``--parts precision,tests``); the precision part's variants go to
+``OUT/precision_variants.json`` as each finishes; the tests' ``junit.xml`` beside it; prints
+the table. Exit codes: 0 every check passed, 1 one failed, 2 bad input.
 """
 from __future__ import annotations
 
@@ -118,7 +120,8 @@ def run_precision_table(preset: str, batch: int, iters: int, out: Path,
     from swinkit.report.precision_table import markdown
     from swinkit.result_files import write_text_atomic
 
-    table = precision_table(preset, batch, iters=iters, timeout_s=timeout_s)
+    table = precision_table(preset, batch, iters=iters, timeout_s=timeout_s,
+                            keep_variants_at=out / "precision_variants.json")
     write_text_atomic(out / "precision_table.md", markdown(table))
     rows = []
     for v in table["variants"]["forward_backward"]:
@@ -176,7 +179,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8, help="images in forward/backward (default 8)")
     p.add_argument("--iters", type=int, default=10, help="DDP iterations per loop (default 10)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "gpu")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds per part")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="seconds per part (the precision part: its variants' process; each of "
+                        "its DDP launches has the run's own limits)")
     p.add_argument("--tests-k", metavar="EXPR", default=None,
                    help="only the gpu-marked tests pytest's -k EXPR selects (e.g. 'precision "
                         "or bf16 or fp16')")
@@ -235,14 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": device, "gpus": torch.cuda.device_count(), "torch": torch.__version__,
               "python": platform.python_version(), "parts": {}, "rows": []}
     from swinkit.result_files import write_json_atomic
+    # written before the first part and after every part: a job killed at its time limit
+    # keeps the parts it finished, and no earlier run's file passes for this one; "pass" is
+    # null until every part has run
+    report.update(parts_not_run=parts, **{"pass": None})
+    write_json_atomic(args.out / "gpu_check.json", report)
     for n, part in enumerate(parts):
         started = time.monotonic()
         print(f"[gpu_check] {part} ...", flush=True)
         report["rows"] += run_part(part, args, report)
         print(f"[gpu_check] {part} done in {(time.monotonic() - started) / 60:.1f} min", flush=True)
-        # written after every part: a job killed at its time limit keeps the parts it finished
         report["parts_not_run"] = parts[n + 1:]
-        report["pass"] = all(r["pass"] is not False for r in report["rows"])
+        report["pass"] = (all(r["pass"] is not False for r in report["rows"])
+                          if not report["parts_not_run"] else None)
         write_json_atomic(args.out / "gpu_check.json", report)
     print_table(report["rows"], f"GPU check on {device} (torch {torch.__version__})")
     print(f"\n{'PASS' if report['pass'] else 'FAIL'}: {args.out / 'gpu_check.json'}")

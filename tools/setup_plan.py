@@ -174,8 +174,9 @@ def check(python_version: tuple[int, ...], base: Torch | None, environ: dict) ->
     else:
         torch_requirement(None, gpu_node(), environ)     # the switches' values, at least
     if environ.get("SWINKIT_WHEELHOUSE"):
-        wheelhouse.check(Path(environ["SWINKIT_WHEELHOUSE"]), python_version,
-                         need_torch=base is None or not reuse)
+        manifest = wheelhouse.check(Path(environ["SWINKIT_WHEELHOUSE"]), python_version,
+                                    need_torch=base is None or not reuse)
+        notes += wheelhouse.version_notes(manifest)
     return notes
 
 

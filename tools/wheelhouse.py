@@ -79,6 +79,10 @@ def make(dest: Path, python: str, platforms: tuple[str, ...] = PLATFORMS,
     if "torch" in node_has:
         raise ValueError("--node-has: torch is never in the wheelhouse (the node's own is kept; "
                          "--with-torch adds one for a node without it)")
+    if node_has and with_torch:
+        raise ValueError("--node-has with --with-torch: the set-up shares the node's packages "
+                         "only with the node's own torch, so a node that needs the wheelhouse's "
+                         "torch cannot use what it left out")
     _clear(dest)
     binary, source = wanted()
     if with_torch:
@@ -224,6 +228,26 @@ def check(dest: Path, python_version: tuple[int, ...], need_torch: bool,
                          f"{sys.executable} has no {', '.join(lacking)}: install them there, "
                          "or remake the wheelhouse without them in --node-has")
     return manifest
+
+
+def version_notes(manifest: dict, installed=None) -> list[str]:
+    """Where the node's own copy of a left-out distribution is another version than the one
+    the wheelhouse's resolution took: a note, not a refusal (the kept wheels may accept it;
+    if one does not, pip says so offline, and this note says what to remake).
+
+    >>> version_notes({"node_has": ["numpy"], "left_out": ["numpy-2.5.5-cp312-none.whl"]},
+    ...               {"numpy": "1.26.4"}.get)
+    ["the node's numpy is 1.26.4, the wheelhouse was resolved with 2.5.5: should pip find no numpy it accepts, remake the wheelhouse without numpy in --node-has"]
+    """
+    notes = []
+    for filename in manifest.get("left_out", []):
+        name, version = distribution_of(filename), filename.split("-")[1]
+        have = (installed or _installed)(name)
+        if have is not None and have != version:
+            notes.append(f"the node's {name} is {have}, the wheelhouse was resolved with "
+                         f"{version}: should pip find no {name} it accepts, remake the "
+                         f"wheelhouse without {name} in --node-has")
+    return notes
 
 
 def _installed(name: str) -> str | None:

@@ -210,22 +210,28 @@ def measure_variants(preset: str, batch: int, samples: int = 5,
 
 
 def measure_variants_isolated(preset: str, batch: int, samples: int = 5,
-                              precisions=TABLE_PRECISIONS, timeout_s: float = 1800) -> dict:
+                              precisions=TABLE_PRECISIONS, timeout_s: float = 1800,
+                              keep_at: Path | None = None) -> dict:
     """:func:`measure_variants` in a fresh interpreter (its own peak memory, its own TF32
     switches); its progress lines come through on stdout as it goes. The process writes its
     results after every variant, so one that dies (a hard crash, the OOM killer) or runs past
     ``timeout_s`` still gives the variants it finished, with ``failed["process"]`` saying why
-    the rest are missing; RuntimeError only where it finished none."""
+    the rest are missing; RuntimeError only where it finished none. ``keep_at``: where that
+    file is written and left (else a temporary folder), so that the variants finished survive
+    a caller killed too."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
+        out = Path(keep_at) if keep_at else Path(tmp) / "result.json"
+        out.unlink(missing_ok=True)   # an earlier run's would pass for this one's
         cmd = [sys.executable, "-m", __name__, preset, str(batch), str(samples), str(out),
                ",".join(precisions)]
         try:
             proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
             why = (None if proc.returncode == 0 else
                    f"exit {proc.returncode}: {proc.stderr[-1500:]}")
-        except subprocess.TimeoutExpired:   # run() has killed it
-            why = f"timed out after {timeout_s:g} s"
+        except subprocess.TimeoutExpired as exc:   # run() has killed it
+            said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (
+                exc.stderr or "")
+            why = f"timed out after {timeout_s:g} s" + (f": {said[-1500:]}" if said else "")
         if why is None:
             return json.loads(out.read_text())
         if not out.is_file():

@@ -32,18 +32,21 @@ def ddp_iteration(preset: str, precision: str, iters: int, progress=print) -> di
 
 def precision_table(preset: str, batch: int, iters: int = 10, samples: int = 5,
                     precisions=TABLE_PRECISIONS, timeout_s: float = 1800,
-                    progress=print) -> dict:
+                    progress=print, keep_variants_at=None) -> dict:
     """The table's numbers (plain data; :func:`swinkit.report.precision_table.markdown`
     renders them). A precision this device cannot measure as itself is skipped with the
     reason in the variants' ``skipped`` and in ``ddp``; a DDP launch that fails is kept as
     ``{"failed": why}`` and the other precisions still run, and so do the launches when the
     variants' process fails (its ``failed["process"]``, beside the variants it finished).
-    ``timeout_s`` bounds the variants' process; each launch has the run's own limits."""
+    ``timeout_s`` bounds the variants' process; each launch has the run's own limits.
+    ``keep_variants_at``: a path where the variants' results are written as they come and
+    left (:func:`measure_variants_isolated`'s ``keep_at``)."""
     progress(f"[precision table] preset {preset}: forward+backward at {batch} images, "
              f"{', '.join(precisions)}, heads NCHW and channels_last; optimizer grouped three ways")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        variants = measure_variants_isolated(preset, batch, samples, precisions, timeout_s)
+        variants = measure_variants_isolated(preset, batch, samples, precisions, timeout_s,
+                                             keep_at=keep_variants_at)
     except (RuntimeError, OSError, ValueError) as exc:   # none finished: the launches still run
         variants = {**identity(preset, batch, samples, device), "forward_backward": [],
                     "optimizer": {}, "skipped": {}, "peaks_flops": {},
