@@ -160,11 +160,14 @@ def _optimizer_steps(preset: str, batch: int, samples: int, device: torch.device
     return out
 
 
-def identity(preset: str, batch: int, samples: int, device: torch.device) -> dict:
-    """What the variants' results say of where and how they were measured."""
+def empty_result(preset: str, batch: int, samples: int, device: torch.device) -> dict:
+    """The variants' result before any has run: where and how they are measured, and every
+    key a reader looks up (so a result cut short anywhere reads as a whole one)."""
     return {"preset": preset, "batch": batch, "samples": samples, "device": str(device),
             "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
-                            else "cpu"), "torch": torch.__version__}
+                            else "cpu"), "torch": torch.__version__,
+            "forward_backward": [], "optimizer": {}, "skipped": {}, "failed": {},
+            "peaks_flops": {}}
 
 
 def measure_variants(preset: str, batch: int, samples: int = 5,
@@ -180,9 +183,7 @@ def measure_variants(preset: str, batch: int, samples: int = 5,
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(1)   # one CPU 'rank', as forward_backward.measure
-    # every key there from the start: a checkpoint is a whole result of the variants so far
-    out = {**identity(preset, batch, samples, device), "forward_backward": [], "optimizer": {},
-           "skipped": {}, "failed": {}, "peaks_flops": {}}
+    out = empty_result(preset, batch, samples, device)   # a checkpoint is a whole result
     for precision in precisions:
         if reason := precision_skip_reason(precision, device.type,
                                            cuda_capability=cuda_capability(device)):

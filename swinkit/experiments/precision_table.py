@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from swinkit.components.forward_backward import precision_skip_reason
-from swinkit.components.precision_variants import (TABLE_PRECISIONS, identity,
+from swinkit.components.precision_variants import (TABLE_PRECISIONS, empty_result,
                                                    measure_variants_isolated)
 from swinkit.launch import LaunchError
 from swinkit.model.precision import cuda_capability
@@ -48,9 +48,8 @@ def precision_table(preset: str, batch: int, iters: int = 10, samples: int = 5,
         variants = measure_variants_isolated(preset, batch, samples, precisions, timeout_s,
                                              keep_at=keep_variants_at)
     except (RuntimeError, OSError, ValueError) as exc:   # none finished: the launches still run
-        variants = {**identity(preset, batch, samples, device), "forward_backward": [],
-                    "optimizer": {}, "skipped": {}, "peaks_flops": {},
-                    "failed": {"process": f"{type(exc).__name__}: {exc}"[:2000]}}
+        variants = empty_result(preset, batch, samples, device)
+        variants["failed"]["process"] = f"{type(exc).__name__}: {exc}"[:2000]
     out = {"variants": variants, "ddp": {}}
     for precision in precisions:
         if reason := precision_skip_reason(precision, device.type,
